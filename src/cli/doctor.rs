@@ -1,0 +1,115 @@
+//! `chitti doctor`: what this machine supports, and which backend `auto` picks, and why.
+
+use serde_json::json;
+
+use crate::policy::ChittiDirs;
+use crate::sandbox::{self, capabilities, BackendChoice, Capabilities};
+
+pub fn run(as_json: bool) -> i32 {
+    let caps = Capabilities::get();
+    let state_dir = ChittiDirs::from_env()
+        .map(|d| d.state)
+        .unwrap_or_else(|_| std::env::temp_dir());
+    // Doctor always probes for real, and refreshes the cache `auto` relies on.
+    let bwrap_probe = match (&caps.bwrap, caps.bwrap_static_blocker()) {
+        (_, Some(why)) => Err(why),
+        (Some(b), None) => {
+            let cache = capabilities::ProbeCache::new(&state_dir, &b.path);
+            let result = capabilities::probe_bwrap(&b.path);
+            match &result {
+                Ok(()) => cache.record(),
+                Err(_) => cache.forget(),
+            }
+            result
+        }
+        (None, None) => Err("bubblewrap is not installed".into()),
+    };
+    let landlock = caps.landlock_blocker();
+    let selection = sandbox::select(BackendChoice::Auto, caps, &state_dir);
+
+    if as_json {
+        let report = json!({
+            "os": caps.os,
+            "arch": caps.arch,
+            "kernel": caps.kernel,
+            "running_as_root": caps.running_as_root,
+            "bwrap": {
+                "path": caps.bwrap.as_ref().map(|b| b.path.display().to_string()),
+                "setuid": caps.bwrap.as_ref().map(|b| b.setuid),
+                "usable": bwrap_probe.is_ok(),
+                "blocker": bwrap_probe.as_ref().err(),
+            },
+            "user_namespaces": caps.user_namespaces,
+            "landlock": {
+                "abi": caps.landlock_abi.as_ref().ok(),
+                "usable": landlock.is_none(),
+                "blocker": landlock,
+            },
+            "seccomp": caps.seccomp,
+            "auto": match &selection {
+                Ok(s) => json!({"backend": s.backend.name(), "reason": s.reason}),
+                Err(e) => json!({"backend": null, "reason": e.to_string()}),
+            },
+        });
+        println!("{report:#}");
+        return if selection.is_ok() { 0 } else { 125 };
+    }
+
+    let yes_no = |ok: bool| if ok { "yes" } else { "no" };
+    println!("chitti doctor");
+    println!(
+        "  system            {} {} (kernel {})",
+        caps.os,
+        caps.arch,
+        caps.kernel.as_deref().unwrap_or("?")
+    );
+    println!("  running as root   {}", yes_no(caps.running_as_root));
+    match &caps.bwrap {
+        Some(b) => println!(
+            "  bubblewrap        {}{}",
+            b.path.display(),
+            if b.setuid { " (setuid)" } else { "" }
+        ),
+        None => println!("  bubblewrap        not installed"),
+    }
+    let ns = &caps.user_namespaces;
+    let show = |v: Option<bool>| match v {
+        Some(true) => "1",
+        Some(false) => "0",
+        None => "absent",
+    };
+    println!(
+        "  user namespaces   max_user_namespaces={} unprivileged_userns_clone={} \
+         apparmor_restrict_unprivileged_userns={}",
+        ns.max_user_namespaces
+            .map(|v| v.to_string())
+            .unwrap_or_else(|| "absent".into()),
+        show(ns.unprivileged_userns_clone),
+        show(ns.apparmor_restrict_unprivileged_userns),
+    );
+    match &caps.landlock_abi {
+        Ok(v) => println!("  landlock          ABI {v}"),
+        Err(e) => println!("  landlock          unavailable: {e}"),
+    }
+    println!("  seccomp           {}", yes_no(caps.seccomp));
+    println!();
+    match &bwrap_probe {
+        Ok(()) => println!("  backend bwrap     usable (probed: namespaces, seccomp, cap drop)"),
+        Err(why) => println!("  backend bwrap     UNUSABLE: {why}"),
+    }
+    match &landlock {
+        None => println!("  backend landlock  usable"),
+        Some(why) => println!("  backend landlock  UNUSABLE: {why}"),
+    }
+    println!();
+    match &selection {
+        Ok(s) => {
+            println!("  auto picks        {} ({})", s.backend.name(), s.reason);
+            0
+        }
+        Err(e) => {
+            println!("  auto picks        nothing: {e}");
+            125
+        }
+    }
+}

@@ -1,0 +1,117 @@
+//! The command line: every flag is defined here, each subcommand lives in its own file.
+
+mod doctor;
+mod sandbox_exec;
+
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+
+use crate::sandbox::BackendChoice;
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "chitti",
+    version,
+    about = "A command-line agent whose every shell call runs inside an OS-native sandbox"
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run commands inside the sandbox, and inspect it.
+    #[command(subcommand)]
+    Sandbox(SandboxCommand),
+    /// What this machine supports, and which backend `auto` picks and why.
+    Doctor {
+        /// Print one JSON object instead of text.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum SandboxCommand {
+    /// Run one command in the sandbox.
+    ///
+    /// Exit status: the command's own; 128+N when killed by signal N; 124 on timeout;
+    /// 126 not executable; 127 not found; 125 when the sandbox could not be set up or
+    /// the input is bad (then nothing ran).
+    Exec(ExecArgs),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum OnOff {
+    Off,
+    On,
+}
+
+/// Options shared by everything that builds a sandbox.
+#[derive(Debug, Args, Clone)]
+pub struct SandboxOpts {
+    /// The writable root (default: the current directory).
+    #[arg(short = 'w', long, value_name = "DIR")]
+    pub workspace: Option<PathBuf>,
+    /// A profile name (workspace-write, read-only, network, or one in
+    /// ~/.config/chitti/profiles) or a path to a TOML file.
+    #[arg(short = 'p', long, value_name = "NAME|FILE", default_value = crate::policy::profile::DEFAULT_PROFILE)]
+    pub profile: String,
+    /// Which sandbox to use; `none` runs unsandboxed (with a warning).
+    #[arg(long, value_enum, default_value = "auto")]
+    pub backend: BackendChoice,
+}
+
+#[derive(Debug, Args)]
+pub struct ExecArgs {
+    #[command(flatten)]
+    pub sandbox: SandboxOpts,
+    /// Turn the network off or on, whatever the profile says.
+    #[arg(long, value_enum)]
+    pub network: Option<OnOff>,
+    /// An extra writable directory (repeatable).
+    #[arg(long, value_name = "DIR")]
+    pub writable: Vec<PathBuf>,
+    /// Wall-clock limit in seconds (default: the profile's).
+    #[arg(long, value_name = "SECS", value_parser = clap::value_parser!(u64).range(1..))]
+    pub timeout: Option<u64>,
+    /// Capture output and print one JSON object on stdout.
+    #[arg(long)]
+    pub json: bool,
+    /// Cap per captured stream with --json (head and tail are kept).
+    #[arg(long, value_name = "BYTES", default_value_t = crate::exec::DEFAULT_MAX_OUTPUT)]
+    pub max_output: usize,
+    /// The command and its arguments.
+    #[arg(last = true, value_name = "COMMAND")]
+    pub command: Vec<std::ffi::OsString>,
+}
+
+/// Runs the parsed command line; returns the process exit status.
+pub fn run(cli: Cli) -> i32 {
+    init_tracing();
+    match cli.command {
+        Command::Sandbox(SandboxCommand::Exec(args)) => sandbox_exec::run(args),
+        Command::Doctor { json } => doctor::run(json),
+    }
+}
+
+/// Logging is off unless CHITTI_LOG is set (e.g. `CHITTI_LOG=debug`): building a filter
+/// costs start-up time that every sandboxed call would pay.
+fn init_tracing() {
+    use tracing_subscriber::EnvFilter;
+    let Ok(filter) = EnvFilter::try_from_env("CHITTI_LOG") else {
+        return;
+    };
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .without_time()
+        .try_init();
+}
+
+/// Prints an error the way every chitti command does.
+pub(crate) fn report_error(message: &str) {
+    eprintln!("chitti: error: {message}");
+}

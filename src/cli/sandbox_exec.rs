@@ -1,0 +1,145 @@
+//! `chitti sandbox exec`: one command, one sandbox, the command's exit status.
+
+use std::io::IsTerminal;
+use std::time::Duration;
+
+use serde_json::json;
+
+use super::{report_error, ExecArgs, OnOff, SandboxOpts};
+use crate::exec::{self, Input, Outcome, Output};
+use crate::policy::{profile, ChittiDirs, Overrides, Policy};
+use crate::sandbox::{self, Backend, Capabilities, SandboxError};
+
+/// Everything up to a ready launch: input checks, policy, backend.
+pub(crate) struct Setup {
+    pub policy: Policy,
+    pub backend: Backend,
+}
+
+/// Builds the policy and picks the backend; every failure here means nothing ran.
+pub(crate) fn setup(opts: &SandboxOpts, overrides: &Overrides) -> Result<Setup, SandboxError> {
+    let bad = |e: crate::policy::PolicyError| SandboxError::Unavailable(e.to_string());
+    let dirs = ChittiDirs::from_env().map_err(bad)?;
+    let profile = profile::load(&opts.profile, Some(&dirs.user_profiles())).map_err(bad)?;
+    let workspace = match &opts.workspace {
+        Some(w) => w.clone(),
+        None => std::env::current_dir().map_err(|e| {
+            SandboxError::Unavailable(format!("cannot read the current directory: {e}"))
+        })?,
+    };
+    let policy = Policy::resolve(&profile, &workspace, overrides, &dirs, std::env::vars_os())
+        .map_err(bad)?;
+    let selection = sandbox::select(opts.backend, Capabilities::get(), &dirs.state)?;
+    if selection.backend == Backend::None {
+        eprintln!(
+            "chitti: WARNING: --backend none: the command runs UNSANDBOXED (full access to \
+             your files, credentials and network)"
+        );
+    }
+    tracing::debug!(backend = selection.backend.name(), reason = %selection.reason, "backend");
+    Ok(Setup {
+        policy,
+        backend: selection.backend,
+    })
+}
+
+pub fn run(args: ExecArgs) -> i32 {
+    let overrides = Overrides {
+        extra_writable: args.writable.clone(),
+        network: args.network.map(|n| n == OnOff::On),
+        timeout: args.timeout.map(Duration::from_secs),
+    };
+    let result = setup(&args.sandbox, &overrides).and_then(|setup| {
+        let cwd = setup
+            .policy
+            .working_dir(std::env::current_dir().ok().as_deref());
+        let prepared = sandbox::prepare(setup.backend, &setup.policy, &args.command, &cwd)?;
+        // A terminal on stdin is never handed over; piped data is.
+        let input = if std::io::stdin().is_terminal() {
+            Input::Null
+        } else {
+            Input::Inherit
+        };
+        let output = if args.json {
+            Output::Capture {
+                max_bytes: args.max_output,
+            }
+        } else {
+            Output::Stream
+        };
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(|e| SandboxError::Unavailable(format!("cannot start the runtime: {e}")))?;
+        runtime
+            .block_on(exec::run(
+                prepared,
+                input,
+                output,
+                setup.policy.timeout,
+                termination_signal(),
+            ))
+            .map(|outcome| (outcome, setup.policy.profile))
+    });
+    match result {
+        Ok((outcome, profile)) => {
+            for repair in &outcome.repairs {
+                eprintln!("chitti: the command tampered with a protected path: {repair}");
+            }
+            if outcome.timed_out {
+                eprintln!(
+                    "chitti: timed out after {} s; every sandboxed process was killed",
+                    outcome.duration.as_secs()
+                );
+            }
+            if args.json {
+                println!("{}", outcome_json(&outcome, &profile));
+            }
+            outcome.exit_code
+        }
+        Err(e) => {
+            report_error(&e.to_string());
+            if args.json {
+                println!(
+                    "{}",
+                    json!({"error": e.to_string(), "exit_code": e.exit_code()})
+                );
+            }
+            e.exit_code()
+        }
+    }
+}
+
+pub(crate) fn outcome_json(outcome: &Outcome, profile: &str) -> serde_json::Value {
+    json!({
+        "exit_code": outcome.exit_code,
+        "signal": outcome.signal,
+        "timed_out": outcome.timed_out,
+        "stdout": String::from_utf8_lossy(&outcome.stdout.bytes),
+        "stderr": String::from_utf8_lossy(&outcome.stderr.bytes),
+        "stdout_truncated_bytes": outcome.stdout.truncated_bytes,
+        "stderr_truncated_bytes": outcome.stderr.truncated_bytes,
+        "duration_ms": outcome.duration.as_millis() as u64,
+        "backend": outcome.backend.name(),
+        "profile": profile,
+        "protected_paths_restored": outcome.repairs,
+    })
+}
+
+/// Resolves on SIGINT, SIGTERM or SIGHUP, so that chitti can tear the sandbox down and
+/// restore protected paths before it exits.
+async fn termination_signal() {
+    use tokio::signal::unix::{signal, SignalKind};
+    let (Ok(mut int), Ok(mut term), Ok(mut hup)) = (
+        signal(SignalKind::interrupt()),
+        signal(SignalKind::terminate()),
+        signal(SignalKind::hangup()),
+    ) else {
+        return std::future::pending().await;
+    };
+    tokio::select! {
+        _ = int.recv() => {}
+        _ = term.recv() => {}
+        _ = hup.recv() => {}
+    }
+}

@@ -1,0 +1,8 @@
+//! chitti: a command-line agent whose every shell call runs inside an OS-native sandbox.
+//!
+//! Layers, top to bottom (arrows only point down): `cli` → `exec` → `sandbox` → `policy`.
+
+pub mod cli;
+pub mod exec;
+pub mod policy;
+pub mod sandbox;

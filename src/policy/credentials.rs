@@ -1,0 +1,90 @@
+//! Credential locations that no profile can make readable.
+
+use std::path::{Path, PathBuf};
+
+/// Paths under the user's home that hold credentials. A trailing `*` matches any suffix
+/// of the last component (`.cargo/credentials*` covers `credentials` and `credentials.toml`).
+pub const HOME_CREDENTIALS: &[&str] = &[
+    ".ssh",
+    ".gnupg",
+    ".aws",
+    ".azure",
+    ".config/gcloud",
+    ".kube",
+    ".docker",
+    ".netrc",
+    ".git-credentials",
+    ".config/git/credentials",
+    ".config/gh",
+    ".config/hub",
+    ".npmrc",
+    ".yarnrc",
+    ".pypirc",
+    ".cargo/credentials*",
+    ".gem/credentials",
+    ".m2/settings-security.xml",
+    ".vault-token",
+    ".terraform.d/credentials.tfrc.json",
+    ".password-store",
+    ".local/share/keyrings",
+    ".config/op",
+    ".mozilla",
+    ".config/google-chrome",
+    ".config/chromium",
+];
+
+/// Expands the built-in list for `home`, plus chitti's own config and state directories
+/// (they hold API keys and conversation logs). Globs are expanded against the directory
+/// as it is now; a path that does not exist is returned as-is so that callers can decide.
+pub fn builtin(home: &Path, chitti_dirs: &[PathBuf]) -> Vec<PathBuf> {
+    let mut out = Vec::with_capacity(HOME_CREDENTIALS.len() + chitti_dirs.len());
+    for entry in HOME_CREDENTIALS {
+        expand_into(&home.join(entry), &mut out);
+    }
+    out.extend(chitti_dirs.iter().cloned());
+    out
+}
+
+/// Expands a trailing-`*` glob in the last component; other paths pass through.
+pub fn expand_into(pattern: &Path, out: &mut Vec<PathBuf>) {
+    let Some(name) = pattern.file_name().and_then(|n| n.to_str()) else {
+        out.push(pattern.to_path_buf());
+        return;
+    };
+    let Some(prefix) = name.strip_suffix('*') else {
+        out.push(pattern.to_path_buf());
+        return;
+    };
+    let parent = pattern.parent().unwrap_or(Path::new("/"));
+    // Keep the bare prefix too: if it is created later it must still be covered where the
+    // backend can cover a missing path.
+    out.push(parent.join(prefix));
+    if let Ok(entries) = std::fs::read_dir(parent) {
+        for entry in entries.flatten() {
+            let file_name = entry.file_name();
+            let candidate = file_name.to_string_lossy();
+            if candidate.starts_with(prefix) && candidate != prefix {
+                out.push(parent.join(&file_name));
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn glob_expands_matching_siblings() {
+        let dir = tempfile::tempdir().unwrap();
+        let cargo = dir.path().join(".cargo");
+        std::fs::create_dir(&cargo).unwrap();
+        std::fs::write(cargo.join("credentials.toml"), "x").unwrap();
+        std::fs::write(cargo.join("config.toml"), "x").unwrap();
+        let list = builtin(dir.path(), &[]);
+        assert!(list.contains(&cargo.join("credentials.toml")));
+        assert!(list.contains(&cargo.join("credentials")));
+        assert!(!list.contains(&cargo.join("config.toml")));
+        assert!(list.contains(&dir.path().join(".ssh")));
+    }
+}

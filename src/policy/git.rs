@@ -1,0 +1,138 @@
+//! Which git paths inside a writable root must stay read-only, and which git directories
+//! outside it must become writable for `git add` / `git commit` to work in a worktree.
+//!
+//! A writable `.git/hooks` or `.git/config` (core.fsmonitor, core.hooksPath, aliases)
+//! is code that runs outside the sandbox the next time the user runs git.
+
+use std::path::{Path, PathBuf};
+
+/// What protecting one repository needs.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct GitProtection {
+    /// Directories and files that must not be renamed or replaced (the `.git` directory,
+    /// or a worktree's `.git` file), so that a new `.git/hooks` cannot be put in place.
+    pub pinned: Vec<PathBuf>,
+    /// Paths that stay read-only. `hooks` directories may not exist yet: the backend
+    /// creates them empty so that nothing can be created there.
+    pub read_only: Vec<PathBuf>,
+    /// Git directories outside the writable root that git must write (a worktree's gitdir
+    /// and the common dir holding objects and refs).
+    pub writable: Vec<PathBuf>,
+}
+
+/// Looks at `root/.git` (one `stat`, and reads of a worktree's small pointer files).
+pub fn protection_for(root: &Path) -> Result<GitProtection, String> {
+    let dot_git = root.join(".git");
+    let Ok(meta) = std::fs::symlink_metadata(&dot_git) else {
+        return Ok(GitProtection::default());
+    };
+    let mut out = GitProtection::default();
+    if meta.is_dir() {
+        out.pinned.push(dot_git.clone());
+        add_repo_dir(&dot_git, &mut out);
+    } else if meta.is_file() {
+        // A linked worktree: `.git` is a file `gitdir: <path>`.
+        out.pinned.push(dot_git.clone());
+        out.read_only.push(dot_git.clone());
+        let gitdir = read_pointer(&dot_git, "gitdir:", root)?;
+        let common = match std::fs::read_to_string(gitdir.join("commondir")) {
+            Ok(text) => absolutize(text.trim(), &gitdir),
+            Err(_) => gitdir.clone(),
+        };
+        let common = common.canonicalize().unwrap_or(common);
+        for dir in [&gitdir, &common] {
+            if !dir.starts_with(root) && !out.writable.contains(dir) {
+                out.writable.push(dir.clone());
+            }
+        }
+        out.read_only.push(gitdir.join("config.worktree"));
+        if common != gitdir {
+            out.read_only.push(gitdir.join("config"));
+        }
+        add_repo_dir(&common, &mut out);
+    } else {
+        // A symlinked `.git` (or something stranger): pin it so it cannot be re-pointed.
+        out.pinned.push(dot_git);
+    }
+    Ok(out)
+}
+
+fn add_repo_dir(git_dir: &Path, out: &mut GitProtection) {
+    out.read_only.push(git_dir.join("hooks"));
+    out.read_only.push(git_dir.join("config"));
+}
+
+fn read_pointer(file: &Path, key: &str, base: &Path) -> Result<PathBuf, String> {
+    let text = std::fs::read_to_string(file)
+        .map_err(|e| format!("cannot read {}: {e}", file.display()))?;
+    let value = text
+        .lines()
+        .find_map(|l| l.strip_prefix(key))
+        .map(str::trim)
+        .ok_or_else(|| format!("{} has no `{key}` line", file.display()))?;
+    let path = absolutize(value, base);
+    path.canonicalize().map_err(|e| {
+        format!(
+            "{} points at {}, which cannot be resolved: {e}",
+            file.display(),
+            path.display()
+        )
+    })
+}
+
+fn absolutize(value: &str, base: &Path) -> PathBuf {
+    let p = Path::new(value);
+    if p.is_absolute() {
+        p.to_path_buf()
+    } else {
+        base.join(p)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn plain_repository() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(dir.path().join(".git/hooks")).unwrap();
+        let p = protection_for(dir.path()).unwrap();
+        assert_eq!(p.pinned, vec![dir.path().join(".git")]);
+        assert!(p.read_only.contains(&dir.path().join(".git/hooks")));
+        assert!(p.read_only.contains(&dir.path().join(".git/config")));
+        assert!(p.writable.is_empty());
+    }
+
+    #[test]
+    fn no_repository() {
+        let dir = tempfile::tempdir().unwrap();
+        assert_eq!(
+            protection_for(dir.path()).unwrap(),
+            GitProtection::default()
+        );
+    }
+
+    #[test]
+    fn linked_worktree_resolves_gitdir_and_common_dir() {
+        let main = tempfile::tempdir().unwrap();
+        let main = main.path().canonicalize().unwrap();
+        let wt_gitdir = main.join(".git/worktrees/wt");
+        std::fs::create_dir_all(&wt_gitdir).unwrap();
+        std::fs::write(wt_gitdir.join("commondir"), "../..\n").unwrap();
+        let wt = tempfile::tempdir().unwrap();
+        std::fs::write(
+            wt.path().join(".git"),
+            format!("gitdir: {}\n", wt_gitdir.display()),
+        )
+        .unwrap();
+        let p = protection_for(wt.path()).unwrap();
+        let common = main.join(".git");
+        assert!(p.read_only.contains(&wt.path().join(".git")));
+        assert!(p.read_only.contains(&common.join("hooks")));
+        assert!(p.read_only.contains(&common.join("config")));
+        assert!(p.read_only.contains(&wt_gitdir.join("config.worktree")));
+        assert!(p.writable.contains(&wt_gitdir));
+        assert!(p.writable.contains(&common));
+    }
+}

@@ -1,0 +1,371 @@
+//! A profile plus the call's inputs (workspace, overrides) becomes a [`Policy`] once:
+//! absolute, canonical paths that backends turn into their own arguments.
+
+pub mod credentials;
+pub mod env;
+pub mod git;
+pub mod profile;
+mod workspace;
+
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+pub use profile::{Limits, Profile};
+
+#[derive(Debug, thiserror::Error)]
+pub enum PolicyError {
+    #[error("{0}")]
+    Profile(String),
+    #[error("{0}")]
+    Workspace(String),
+    #[error("{0}")]
+    Path(String),
+}
+
+/// Where chitti keeps its own files. Both are unreadable inside the sandbox.
+#[derive(Debug, Clone)]
+pub struct ChittiDirs {
+    pub home: PathBuf,
+    /// API keys and user profiles (`~/.config/chitti`).
+    pub config: PathBuf,
+    /// Event logs (`~/.local/state/chitti`).
+    pub state: PathBuf,
+}
+
+impl ChittiDirs {
+    /// From `HOME`, `XDG_CONFIG_HOME` and `XDG_STATE_HOME`, falling back to the passwd entry.
+    pub fn from_env() -> Result<Self, PolicyError> {
+        let home = std::env::var_os("HOME")
+            .filter(|h| !h.is_empty())
+            .map(PathBuf::from)
+            .or_else(|| {
+                nix::unistd::User::from_uid(nix::unistd::getuid())
+                    .ok()
+                    .flatten()
+                    .map(|u| u.dir)
+            })
+            .ok_or_else(|| {
+                PolicyError::Path("cannot tell the home directory: set HOME".to_string())
+            })?;
+        let xdg = |var: &str, default: &str| {
+            std::env::var_os(var)
+                .map(PathBuf::from)
+                .filter(|p| p.is_absolute())
+                .unwrap_or_else(|| home.join(default))
+        };
+        Ok(ChittiDirs {
+            config: xdg("XDG_CONFIG_HOME", ".config").join("chitti"),
+            state: xdg("XDG_STATE_HOME", ".local/state").join("chitti"),
+            home,
+        })
+    }
+
+    pub fn user_profiles(&self) -> PathBuf {
+        self.config.join("profiles")
+    }
+}
+
+/// What the caller asks for, on top of the profile.
+#[derive(Debug, Clone, Default)]
+pub struct Overrides {
+    pub extra_writable: Vec<PathBuf>,
+    pub network: Option<bool>,
+    pub timeout: Option<Duration>,
+}
+
+/// The resolved policy: everything a backend needs, nothing it must look up again.
+#[derive(Debug, Clone)]
+pub struct Policy {
+    pub profile: String,
+    pub workspace: PathBuf,
+    /// Canonical, existing directories the command may write (private tmp excluded).
+    pub writable: Vec<PathBuf>,
+    /// Whether the profile asks for a private temporary directory (`{tmp}`).
+    pub private_tmp: bool,
+    /// Canonical paths that must be unreadable. Only paths that exist: a missing one
+    /// cannot be created inside the sandbox, because no writable root contains it.
+    pub deny_read: Vec<PathBuf>,
+    /// Paths inside writable roots that must not be renamed or replaced.
+    pub pinned: Vec<PathBuf>,
+    /// Paths inside writable roots that stay read-only. A missing git `hooks` directory
+    /// is listed too; backends create it empty before the call.
+    pub read_only: Vec<PathBuf>,
+    pub network: bool,
+    /// The environment after the allow-list (TMPDIR is set by the backend).
+    pub env: Vec<(OsString, OsString)>,
+    pub limits: Limits,
+    pub timeout: Duration,
+}
+
+impl Policy {
+    /// Resolves `profile` for `workspace`. `caller_env` is the environment to filter.
+    pub fn resolve(
+        profile: &Profile,
+        workspace: &Path,
+        overrides: &Overrides,
+        dirs: &ChittiDirs,
+        caller_env: impl IntoIterator<Item = (OsString, OsString)>,
+    ) -> Result<Policy, PolicyError> {
+        let workspace = workspace::validate(workspace, &dirs.home, "workspace")?;
+        env::validate_allow(&profile.env_allow)
+            .map_err(|e| PolicyError::Profile(format!("profile `{}`: {e}", profile.name)))?;
+
+        let mut writable = Vec::new();
+        let mut private_tmp = false;
+        for entry in &profile.writable {
+            match entry.as_str() {
+                "{tmp}" => private_tmp = true,
+                _ => {
+                    let path = expand(entry, &workspace, &dirs.home).map_err(|e| {
+                        PolicyError::Profile(format!(
+                            "profile `{}`: filesystem.writable: {e}",
+                            profile.name
+                        ))
+                    })?;
+                    let what = format!("writable root `{entry}` of profile `{}`", profile.name);
+                    push_unique(
+                        &mut writable,
+                        workspace::validate(&path, &dirs.home, &what)?,
+                    );
+                }
+            }
+        }
+        for extra in &overrides.extra_writable {
+            let path = workspace::validate(extra, &dirs.home, "--writable directory")?;
+            push_unique(&mut writable, path);
+        }
+
+        let mut deny_candidates =
+            credentials::builtin(&dirs.home, &[dirs.config.clone(), dirs.state.clone()]);
+        for entry in &profile.deny_read {
+            let path = expand(entry, &workspace, &dirs.home).map_err(|e| {
+                PolicyError::Profile(format!(
+                    "profile `{}`: filesystem.deny_read: {e}",
+                    profile.name
+                ))
+            })?;
+            credentials::expand_into(&path, &mut deny_candidates);
+        }
+        let mut deny_read = Vec::new();
+        for path in deny_candidates {
+            let resolved = canonical_or_lexical(&path);
+            // A writable root inside a credential location, or containing one, would make
+            // it readable (and writable) on backends that cannot mask beneath a grant.
+            for root in &writable {
+                if resolved.starts_with(root) || root.starts_with(&resolved) {
+                    return Err(PolicyError::Workspace(format!(
+                        "writable root {} overlaps the credential location {}: \
+                         chitti cannot keep it unreadable there.\n\
+                         Choose a workspace that neither contains nor lies inside it.",
+                        root.display(),
+                        resolved.display()
+                    )));
+                }
+            }
+            if resolved.exists() {
+                push_unique(&mut deny_read, resolved);
+            }
+        }
+
+        let mut pinned = Vec::new();
+        let mut read_only = Vec::new();
+        if profile.protect_git {
+            for root in writable.clone() {
+                let protection = git::protection_for(&root).map_err(PolicyError::Workspace)?;
+                for dir in protection.writable {
+                    push_unique(&mut writable, dir);
+                }
+                pinned.extend(protection.pinned);
+                for path in protection.read_only {
+                    // config.worktree and friends only matter when they exist; hooks
+                    // directories are created by the backend when missing.
+                    if path.exists() || path.ends_with("hooks") {
+                        push_unique(&mut read_only, path);
+                    }
+                }
+            }
+        }
+        for entry in &profile.protected {
+            let path = expand(entry, &workspace, &dirs.home).map_err(|e| {
+                PolicyError::Profile(format!(
+                    "profile `{}`: filesystem.protected: {e}",
+                    profile.name
+                ))
+            })?;
+            if path.exists() {
+                push_unique(&mut read_only, canonical_or_lexical(&path));
+            }
+        }
+
+        let network = overrides.network.unwrap_or(profile.network);
+        let timeout = overrides
+            .timeout
+            .unwrap_or(Duration::from_secs(profile.limits.timeout_seconds));
+        Ok(Policy {
+            profile: profile.name.clone(),
+            workspace,
+            writable,
+            private_tmp,
+            deny_read,
+            pinned,
+            read_only,
+            network,
+            env: env::filter(caller_env, &profile.env_allow),
+            limits: profile.limits,
+            timeout,
+        })
+    }
+
+    /// The caller's directory when it lies inside the workspace, else the workspace root.
+    pub fn working_dir(&self, caller_cwd: Option<&Path>) -> PathBuf {
+        caller_cwd
+            .and_then(|c| c.canonicalize().ok())
+            .filter(|c| c.starts_with(&self.workspace))
+            .unwrap_or_else(|| self.workspace.clone())
+    }
+
+    pub fn is_writable(&self, path: &Path) -> bool {
+        self.writable.iter().any(|root| path.starts_with(root))
+            && !self.read_only.iter().any(|ro| path.starts_with(ro))
+    }
+}
+
+/// Replaces a leading `{workspace}` or `{home}`; the result must be absolute.
+fn expand(entry: &str, workspace: &Path, home: &Path) -> Result<PathBuf, String> {
+    let (base, rest) = if let Some(rest) = entry.strip_prefix("{workspace}") {
+        (Some(workspace), rest)
+    } else if let Some(rest) = entry.strip_prefix("{home}") {
+        (Some(home), rest)
+    } else {
+        (None, entry)
+    };
+    if rest.contains('{') {
+        return Err(format!(
+            "`{entry}`: unknown placeholder (use {{workspace}}, {{home}} or {{tmp}} at the start)"
+        ));
+    }
+    let path = match base {
+        Some(base) => base.join(rest.trim_start_matches('/')),
+        None => PathBuf::from(rest),
+    };
+    if !path.is_absolute() {
+        return Err(format!(
+            "`{entry}` is relative: start it with / or a placeholder such as {{workspace}}"
+        ));
+    }
+    if path
+        .components()
+        .any(|c| c == std::path::Component::ParentDir)
+    {
+        return Err(format!("`{entry}` contains `..`"));
+    }
+    Ok(path)
+}
+
+/// Canonicalises what exists; for a missing path, canonicalises the deepest existing
+/// ancestor and appends the rest, so comparisons with canonical roots still work.
+pub fn canonical_or_lexical(path: &Path) -> PathBuf {
+    if let Ok(p) = path.canonicalize() {
+        return p;
+    }
+    let mut missing = Vec::new();
+    let mut cur = path;
+    while let Some(parent) = cur.parent() {
+        if let Some(name) = cur.file_name() {
+            missing.push(name.to_os_string());
+        }
+        if let Ok(base) = parent.canonicalize() {
+            let mut out = base;
+            for name in missing.iter().rev() {
+                out.push(name);
+            }
+            return out;
+        }
+        cur = parent;
+    }
+    path.to_path_buf()
+}
+
+fn push_unique(list: &mut Vec<PathBuf>, path: PathBuf) {
+    if !list.contains(&path) {
+        list.push(path);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn dirs_in(home: &Path) -> ChittiDirs {
+        ChittiDirs {
+            home: home.to_path_buf(),
+            config: home.join(".config/chitti"),
+            state: home.join(".local/state/chitti"),
+        }
+    }
+
+    fn resolve_in(home: &Path, ws: &Path, profile: &str) -> Result<Policy, PolicyError> {
+        let profile = profile::load(profile, None).unwrap();
+        Policy::resolve(
+            &profile,
+            ws,
+            &Overrides::default(),
+            &dirs_in(home),
+            Vec::new(),
+        )
+    }
+
+    #[test]
+    fn workspace_write_policy() {
+        let home = tempfile::tempdir().unwrap();
+        let home = home.path().canonicalize().unwrap();
+        std::fs::create_dir_all(home.join(".ssh")).unwrap();
+        std::fs::create_dir_all(home.join("proj/.git")).unwrap();
+        let p = resolve_in(&home, &home.join("proj"), "workspace-write").unwrap();
+        assert_eq!(p.workspace, home.join("proj"));
+        assert_eq!(p.writable, vec![home.join("proj")]);
+        assert!(p.private_tmp);
+        assert!(p.deny_read.contains(&home.join(".ssh")));
+        // Missing credential paths are not listed.
+        assert!(!p.deny_read.contains(&home.join(".aws")));
+        assert_eq!(p.pinned, vec![home.join("proj/.git")]);
+        assert!(p.read_only.contains(&home.join("proj/.git/hooks")));
+        assert!(!p.network);
+        assert!(!p.is_writable(&home.join("proj/.git/hooks/pre-commit")));
+        assert!(p.is_writable(&home.join("proj/src/main.rs")));
+    }
+
+    #[test]
+    fn read_only_profile_has_no_host_writes() {
+        let home = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(home.path().join("proj")).unwrap();
+        let p = resolve_in(home.path(), &home.path().join("proj"), "read-only").unwrap();
+        assert!(p.writable.is_empty());
+        assert!(p.private_tmp);
+    }
+
+    #[test]
+    fn workspace_overlapping_credentials_is_refused() {
+        let home = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(home.path().join(".config/gh")).unwrap();
+        let err = resolve_in(home.path(), &home.path().join(".config"), "workspace-write")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("credential location"), "{err}");
+    }
+
+    #[test]
+    fn expand_placeholders() {
+        let ws = Path::new("/w");
+        let home = Path::new("/h");
+        assert_eq!(
+            expand("{workspace}/a", ws, home).unwrap(),
+            Path::new("/w/a")
+        );
+        assert_eq!(expand("{home}/.x", ws, home).unwrap(), Path::new("/h/.x"));
+        assert!(expand("{nope}/x", ws, home).is_err());
+        assert!(expand("rel/x", ws, home).is_err());
+        assert!(expand("/a/../b", ws, home).is_err());
+    }
+}

@@ -1,0 +1,247 @@
+//! What this machine can enforce, detected once per process.
+//!
+//! Cheap facts (sysctls, the Landlock ABI, where bwrap is) are read at first use. Whether
+//! bwrap really works (AppArmor, containers, seccomp-less kernels) is only known by
+//! running it; that probe's result is cached on disk per boot and bwrap binary, so a CLI
+//! call does not pay for it every time.
+
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
+
+use serde::Serialize;
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Capabilities {
+    pub os: &'static str,
+    pub arch: &'static str,
+    pub kernel: Option<String>,
+    pub running_as_root: bool,
+    pub bwrap: Option<BwrapInfo>,
+    pub user_namespaces: UsernsInfo,
+    /// The kernel's Landlock ABI, or why there is none.
+    pub landlock_abi: Result<i32, String>,
+    pub seccomp: bool,
+    pub seccomp_arch_supported: bool,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct BwrapInfo {
+    pub path: PathBuf,
+    pub setuid: bool,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct UsernsInfo {
+    /// `user.max_user_namespaces`.
+    pub max_user_namespaces: Option<u64>,
+    /// Debian's `kernel.unprivileged_userns_clone`.
+    pub unprivileged_userns_clone: Option<bool>,
+    /// Ubuntu's `kernel.apparmor_restrict_unprivileged_userns`.
+    pub apparmor_restrict_unprivileged_userns: Option<bool>,
+}
+
+fn read_sysctl(path: &str) -> Option<u64> {
+    std::fs::read_to_string(path).ok()?.trim().parse().ok()
+}
+
+impl Capabilities {
+    /// The cached detection for this process.
+    pub fn get() -> &'static Capabilities {
+        static CAPS: OnceLock<Capabilities> = OnceLock::new();
+        CAPS.get_or_init(Capabilities::detect)
+    }
+
+    fn detect() -> Capabilities {
+        let bwrap = which::which("bwrap").ok().map(|path| {
+            use std::os::unix::fs::PermissionsExt;
+            let setuid = std::fs::metadata(&path)
+                .map(|m| m.permissions().mode() & 0o4000 != 0)
+                .unwrap_or(false);
+            BwrapInfo { path, setuid }
+        });
+        Capabilities {
+            os: std::env::consts::OS,
+            arch: std::env::consts::ARCH,
+            kernel: nix::sys::utsname::uname()
+                .ok()
+                .map(|u| u.release().to_string_lossy().into_owned()),
+            running_as_root: nix::unistd::geteuid().is_root(),
+            bwrap,
+            user_namespaces: UsernsInfo {
+                max_user_namespaces: read_sysctl("/proc/sys/user/max_user_namespaces"),
+                unprivileged_userns_clone: read_sysctl(
+                    "/proc/sys/kernel/unprivileged_userns_clone",
+                )
+                .map(|v| v != 0),
+                apparmor_restrict_unprivileged_userns: read_sysctl(
+                    "/proc/sys/kernel/apparmor_restrict_unprivileged_userns",
+                )
+                .map(|v| v != 0),
+            },
+            landlock_abi: crate::sandbox::linux::landlock::kernel_abi(),
+            seccomp: seccomp_available(),
+            seccomp_arch_supported: crate::sandbox::linux::seccomp::arch_supported(),
+        }
+    }
+
+    /// Why bwrap cannot work here, judged from static facts, with the fix.
+    pub fn bwrap_static_blocker(&self) -> Option<String> {
+        let Some(bwrap) = &self.bwrap else {
+            return Some(
+                "bubblewrap is not installed: install it (`sudo apt-get install bubblewrap`, \
+                 `sudo dnf install bubblewrap`)"
+                    .into(),
+            );
+        };
+        if let Some(why) = self.seccomp_blocker() {
+            return Some(why);
+        }
+        if bwrap.setuid || self.running_as_root {
+            return None;
+        }
+        let ns = &self.user_namespaces;
+        if ns.max_user_namespaces == Some(0) {
+            return Some(
+                "user namespaces are disabled (user.max_user_namespaces = 0): run \
+                 `sudo sysctl -w user.max_user_namespaces=15000`"
+                    .into(),
+            );
+        }
+        if ns.unprivileged_userns_clone == Some(false) {
+            return Some(
+                "unprivileged user namespaces are disabled (kernel.unprivileged_userns_clone = 0): \
+                 run `sudo sysctl -w kernel.unprivileged_userns_clone=1`"
+                    .into(),
+            );
+        }
+        if ns.apparmor_restrict_unprivileged_userns == Some(true) {
+            return Some(
+                "AppArmor restricts unprivileged user namespaces \
+                 (kernel.apparmor_restrict_unprivileged_userns = 1, Ubuntu 23.10+): run \
+                 `sudo sysctl -w kernel.apparmor_restrict_unprivileged_userns=0`, or install an \
+                 AppArmor profile that allows userns for bwrap"
+                    .into(),
+            );
+        }
+        None
+    }
+
+    pub fn seccomp_blocker(&self) -> Option<String> {
+        if !self.seccomp_arch_supported {
+            return Some(format!(
+                "chitti has no seccomp filter for the {} architecture",
+                self.arch
+            ));
+        }
+        if !self.seccomp {
+            return Some(
+                "this kernel has no seccomp filter support (CONFIG_SECCOMP_FILTER)".into(),
+            );
+        }
+        None
+    }
+
+    pub fn landlock_blocker(&self) -> Option<String> {
+        if let Some(why) = self.seccomp_blocker() {
+            return Some(why);
+        }
+        crate::sandbox::linux::landlock::blocker()
+    }
+}
+
+/// `prctl(PR_GET_SECCOMP)` fails with EINVAL when the kernel has no seccomp at all;
+/// `seccomp(SECCOMP_GET_ACTION_AVAIL)` tells whether filters are supported.
+fn seccomp_available() -> bool {
+    const SECCOMP_GET_ACTION_AVAIL: libc::c_uint = 2;
+    let action: u32 = libc::SECCOMP_RET_ERRNO;
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_seccomp,
+            SECCOMP_GET_ACTION_AVAIL,
+            0,
+            &action as *const u32,
+        )
+    };
+    r == 0
+}
+
+/// Runs bwrap with the isolation chitti asks for and a trivial command. Returns bwrap's
+/// error text on failure.
+pub fn probe_bwrap(bwrap: &Path) -> Result<(), String> {
+    let out = std::process::Command::new(bwrap)
+        .args([
+            "--unshare-user",
+            "--disable-userns",
+            "--unshare-pid",
+            "--unshare-net",
+            "--unshare-ipc",
+            "--unshare-uts",
+            "--die-with-parent",
+            "--new-session",
+            "--cap-drop",
+            "ALL",
+            "--ro-bind",
+            "/",
+            "/",
+            "--dev",
+            "/dev",
+            "--proc",
+            "/proc",
+            "--tmpfs",
+            "/tmp",
+            "--",
+            "true",
+        ])
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .output()
+        .map_err(|e| format!("cannot run {}: {e}", bwrap.display()))?;
+    if out.status.success() {
+        Ok(())
+    } else {
+        Err(String::from_utf8_lossy(&out.stderr).trim().to_string())
+    }
+}
+
+/// The on-disk memo of a successful probe: valid for one boot, one uid, one bwrap binary.
+pub struct ProbeCache {
+    path: PathBuf,
+    key: String,
+}
+
+impl ProbeCache {
+    pub fn new(state_dir: &Path, bwrap: &Path) -> ProbeCache {
+        let boot = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").unwrap_or_default();
+        let mtime = std::fs::metadata(bwrap)
+            .and_then(|m| m.modified())
+            .ok()
+            .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+            .map(|d| d.as_secs())
+            .unwrap_or(0);
+        ProbeCache {
+            path: state_dir.join("bwrap-probe-ok"),
+            key: format!(
+                "boot={} uid={} bwrap={} mtime={mtime}\n",
+                boot.trim(),
+                nix::unistd::geteuid(),
+                bwrap.display()
+            ),
+        }
+    }
+
+    pub fn holds(&self) -> bool {
+        std::fs::read_to_string(&self.path).is_ok_and(|s| s == self.key)
+    }
+
+    pub fn record(&self) {
+        if let Some(dir) = self.path.parent() {
+            let _ = std::fs::create_dir_all(dir);
+        }
+        let _ = std::fs::write(&self.path, &self.key);
+    }
+
+    pub fn forget(&self) {
+        let _ = std::fs::remove_file(&self.path);
+    }
+}

@@ -1,0 +1,224 @@
+//! Policy → bubblewrap arguments. A pure function, so the argument list can be checked
+//! by golden tests and printed by `chitti sandbox profile`.
+
+use std::ffi::OsString;
+use std::os::fd::RawFd;
+use std::path::{Path, PathBuf};
+
+use crate::policy::Policy;
+
+/// Per-call inputs that are not part of the policy.
+#[derive(Debug, Clone)]
+pub struct CallArgs {
+    pub cwd: PathBuf,
+    /// Descriptors holding raw seccomp programs (`--add-seccomp-fd`).
+    pub seccomp_fds: Vec<RawFd>,
+    /// Descriptor for bwrap's JSON status (`--json-status-fd`).
+    pub status_fd: Option<RawFd>,
+}
+
+/// What a masked credential location is, on the host.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PathKind {
+    Dir,
+    Other,
+}
+
+fn kind_of(path: &Path) -> PathKind {
+    if path.is_dir() {
+        PathKind::Dir
+    } else {
+        PathKind::Other
+    }
+}
+
+pub fn args(policy: &Policy, call: &CallArgs, command: &[OsString]) -> Vec<OsString> {
+    args_with(policy, call, command, kind_of)
+}
+
+/// As [`args`], with the filesystem lookup injected (tests describe paths that do not exist).
+pub fn args_with(
+    policy: &Policy,
+    call: &CallArgs,
+    command: &[OsString],
+    kind: impl Fn(&Path) -> PathKind,
+) -> Vec<OsString> {
+    let mut a = Args::default();
+    // Session and lifetime: a new session has no controlling terminal (TIOCSTI,
+    // CVE-2017-5226); the sandbox dies with chitti.
+    a.flag("--new-session");
+    a.flag("--die-with-parent");
+    // Namespaces. The user namespace is requested explicitly so that root gets one too,
+    // and nested user namespaces are disabled.
+    a.flag("--unshare-user");
+    a.flag("--disable-userns");
+    a.flag("--unshare-pid");
+    a.flag("--unshare-ipc");
+    a.flag("--unshare-uts");
+    a.flag("--unshare-cgroup-try");
+    if !policy.network {
+        a.flag("--unshare-net");
+    }
+    // bwrap keeps capabilities for uid 0 unless told otherwise.
+    a.flag("--cap-drop");
+    a.flag("ALL");
+
+    // The host, read-only, then fresh kernel interfaces and private runtime directories.
+    a.pair("--ro-bind", "/", "/");
+    a.one("--dev", "/dev");
+    a.one("--proc", "/proc");
+    a.one("--tmpfs", "/tmp");
+    if !policy.private_tmp {
+        a.one("--remount-ro", "/tmp");
+    }
+    // /run holds host sockets (D-Bus, docker, the user's runtime dir): hide it.
+    a.one("--tmpfs", "/run");
+    if policy.network {
+        // /etc/resolv.conf often points into /run; name resolution needs it.
+        a.pair(
+            "--ro-bind-try",
+            "/run/systemd/resolve",
+            "/run/systemd/resolve",
+        );
+    }
+    a.one("--remount-ro", "/run");
+
+    for root in &policy.writable {
+        a.pair("--bind", root, root);
+    }
+    // A bind mount cannot be renamed or removed (EBUSY), so `.git` stays where it is
+    // and a replacement `.git/hooks` cannot be slipped in.
+    for pinned in &policy.pinned {
+        if kind(pinned) == PathKind::Dir {
+            a.pair("--bind", pinned, pinned);
+        }
+    }
+    for ro in &policy.read_only {
+        a.pair("--ro-bind", ro, ro);
+    }
+    for denied in &policy.deny_read {
+        match kind(denied) {
+            PathKind::Dir => {
+                a.one("--tmpfs", denied);
+                a.one("--remount-ro", denied);
+            }
+            PathKind::Other => a.pair("--ro-bind", "/dev/null", denied),
+        }
+    }
+
+    a.one("--chdir", &call.cwd);
+    for fd in &call.seccomp_fds {
+        a.one("--add-seccomp-fd", fd.to_string());
+    }
+    if let Some(fd) = call.status_fd {
+        a.one("--json-status-fd", fd.to_string());
+    }
+    a.flag("--");
+    a.0.extend(command.iter().cloned());
+    a.0
+}
+
+#[derive(Default)]
+struct Args(Vec<OsString>);
+
+impl Args {
+    fn flag(&mut self, f: &str) {
+        self.0.push(f.into());
+    }
+    fn one(&mut self, f: &str, v: impl AsRef<std::ffi::OsStr>) {
+        self.0.push(f.into());
+        self.0.push(v.as_ref().into());
+    }
+    fn pair(
+        &mut self,
+        f: &str,
+        src: impl AsRef<std::ffi::OsStr>,
+        dest: impl AsRef<std::ffi::OsStr>,
+    ) {
+        self.0.push(f.into());
+        self.0.push(src.as_ref().into());
+        self.0.push(dest.as_ref().into());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::policy::Limits;
+    use std::time::Duration;
+
+    fn policy(network: bool) -> Policy {
+        Policy {
+            profile: "workspace-write".into(),
+            workspace: "/w".into(),
+            writable: vec!["/w".into()],
+            private_tmp: true,
+            deny_read: vec!["/h/.ssh".into(), "/h/.netrc".into()],
+            pinned: vec!["/w/.git".into()],
+            read_only: vec!["/w/.git/hooks".into(), "/w/.git/config".into()],
+            network,
+            env: vec![],
+            limits: Limits {
+                timeout_seconds: 10,
+                max_processes: None,
+                max_open_files: None,
+                max_file_size_mb: None,
+                max_memory_mb: None,
+            },
+            timeout: Duration::from_secs(10),
+        }
+    }
+
+    fn render(policy: &Policy) -> String {
+        let call = CallArgs {
+            cwd: "/w/src".into(),
+            seccomp_fds: vec![5, 6],
+            status_fd: Some(7),
+        };
+        let kind = |p: &Path| {
+            if p.ends_with(".netrc") || p.ends_with("config") {
+                PathKind::Other
+            } else {
+                PathKind::Dir
+            }
+        };
+        args_with(
+            policy,
+            &call,
+            &["sh".into(), "-c".into(), "true".into()],
+            kind,
+        )
+        .iter()
+        .map(|a| a.to_string_lossy().into_owned())
+        .collect::<Vec<_>>()
+        .join(" ")
+    }
+
+    #[test]
+    fn golden_workspace_write() {
+        assert_eq!(
+            render(&policy(false)),
+            "--new-session --die-with-parent --unshare-user --disable-userns --unshare-pid \
+             --unshare-ipc --unshare-uts --unshare-cgroup-try --unshare-net --cap-drop ALL \
+             --ro-bind / / --dev /dev --proc /proc --tmpfs /tmp --tmpfs /run --remount-ro /run \
+             --bind /w /w --bind /w/.git /w/.git --ro-bind /w/.git/hooks /w/.git/hooks \
+             --ro-bind /w/.git/config /w/.git/config --tmpfs /h/.ssh --remount-ro /h/.ssh \
+             --ro-bind /dev/null /h/.netrc --chdir /w/src --add-seccomp-fd 5 \
+             --add-seccomp-fd 6 --json-status-fd 7 -- sh -c true"
+        );
+    }
+
+    #[test]
+    fn network_profile_keeps_the_network_namespace_and_resolver() {
+        let out = render(&policy(true));
+        assert!(!out.contains("--unshare-net"));
+        assert!(out.contains("--ro-bind-try /run/systemd/resolve /run/systemd/resolve"));
+    }
+
+    #[test]
+    fn read_only_tmp_when_profile_has_no_tmp() {
+        let mut p = policy(false);
+        p.private_tmp = false;
+        assert!(render(&p).contains("--tmpfs /tmp --remount-ro /tmp"));
+    }
+}

@@ -1,0 +1,106 @@
+//! Dropping every capability, for a helper started by root.
+//!
+//! Order matters: securebits and the bounding set need CAP_SETPCAP, so they go first,
+//! and the capability sets are cleared last. With SECBIT_NOROOT locked and an empty
+//! bounding set, exec'ing anything (even a setuid-root file) grants nothing back.
+
+use std::io;
+
+/// Reads the highest capability number the kernel knows. Done before fork.
+pub fn last_cap() -> u32 {
+    std::fs::read_to_string("/proc/sys/kernel/cap_last_cap")
+        .ok()
+        .and_then(|s| s.trim().parse().ok())
+        .unwrap_or(40)
+}
+
+const SECBITS_LOCKED_DOWN: libc::c_ulong = 0x01 // SECBIT_NOROOT
+    | 0x02 // SECBIT_NOROOT_LOCKED
+    | 0x04 // SECBIT_NO_SETUID_FIXUP
+    | 0x08 // SECBIT_NO_SETUID_FIXUP_LOCKED
+    | 0x20 // SECBIT_KEEP_CAPS_LOCKED
+    | 0x40 // SECBIT_NO_CAP_AMBIENT_RAISE
+    | 0x80; // SECBIT_NO_CAP_AMBIENT_RAISE_LOCKED
+
+#[repr(C)]
+struct CapHeader {
+    version: u32,
+    pid: i32,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy, Default)]
+struct CapData {
+    effective: u32,
+    permitted: u32,
+    inheritable: u32,
+}
+
+const LINUX_CAPABILITY_VERSION_3: u32 = 0x2008_0522;
+const CAP_SETPCAP: u32 = 8;
+
+fn check(ret: libc::c_int) -> io::Result<()> {
+    if ret < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(())
+    }
+}
+
+fn has_setpcap() -> io::Result<bool> {
+    let data = capget()?;
+    Ok(data[0].effective & (1 << CAP_SETPCAP) != 0)
+}
+
+fn capget() -> io::Result<[CapData; 2]> {
+    let mut header = CapHeader {
+        version: LINUX_CAPABILITY_VERSION_3,
+        pid: 0,
+    };
+    let mut data = [CapData::default(); 2];
+    check(unsafe { libc::syscall(libc::SYS_capget, &mut header, data.as_mut_ptr()) as i32 })?;
+    Ok(data)
+}
+
+/// Drops every capability of the calling process. Async-signal-safe (syscalls only), so
+/// it can run between fork and exec. A process without CAP_SETPCAP cannot shrink its
+/// bounding set; with no_new_privs set it cannot gain anything from it either.
+pub fn drop_all(last_cap: u32) -> io::Result<()> {
+    if has_setpcap()? {
+        check(unsafe { libc::prctl(libc::PR_SET_SECUREBITS, SECBITS_LOCKED_DOWN, 0, 0, 0) })?;
+        for cap in 0..=last_cap {
+            let ret = unsafe { libc::prctl(libc::PR_CAPBSET_DROP, cap as libc::c_ulong, 0, 0, 0) };
+            // EINVAL: the kernel does not know this capability number.
+            if ret < 0 && io::Error::last_os_error().raw_os_error() != Some(libc::EINVAL) {
+                return Err(io::Error::last_os_error());
+            }
+        }
+    }
+    check(unsafe {
+        libc::prctl(
+            libc::PR_CAP_AMBIENT,
+            libc::PR_CAP_AMBIENT_CLEAR_ALL as libc::c_ulong,
+            0,
+            0,
+            0,
+        )
+    })?;
+    let mut header = CapHeader {
+        version: LINUX_CAPABILITY_VERSION_3,
+        pid: 0,
+    };
+    let data = [CapData::default(); 2];
+    check(unsafe { libc::syscall(libc::SYS_capset, &mut header, data.as_ptr()) as i32 })?;
+    let after = capget()?;
+    if after
+        .iter()
+        .any(|d| d.effective != 0 || d.permitted != 0 || d.inheritable != 0)
+    {
+        return Err(io::Error::other("capabilities remain after capset"));
+    }
+    Ok(())
+}
+
+pub fn set_no_new_privs() -> io::Result<()> {
+    check(unsafe { libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) })
+}

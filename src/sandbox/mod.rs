@@ -1,0 +1,266 @@
+//! A Policy and a command become a process ready to spawn under a sandbox backend.
+//!
+//! This module never imports the agent, tools or providers. It picks a backend, checks
+//! that the backend can enforce the policy here (refusing otherwise), and produces a
+//! [`Prepared`] launch that `exec` runs and supervises.
+
+pub mod capabilities;
+#[cfg(target_os = "linux")]
+pub mod linux;
+pub mod protect;
+pub mod rlimits;
+
+use std::ffi::OsString;
+use std::os::fd::OwnedFd;
+use std::path::{Path, PathBuf};
+
+use serde::Serialize;
+
+pub use capabilities::Capabilities;
+use rlimits::Rlimits;
+
+use crate::policy::Policy;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum BackendChoice {
+    Auto,
+    Bwrap,
+    Landlock,
+    None,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Backend {
+    Bwrap,
+    Landlock,
+    /// Explicitly unsandboxed: supervised (timeout, tree kill), nothing enforced.
+    None,
+}
+
+impl Backend {
+    pub fn name(self) -> &'static str {
+        match self {
+            Backend::Bwrap => "bwrap",
+            Backend::Landlock => "landlock",
+            Backend::None => "none",
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum SandboxError {
+    /// The sandbox cannot be set up; nothing ran (exit 125).
+    #[error("{0}")]
+    Unavailable(String),
+    /// The command does not exist (exit 127).
+    #[error("{0}")]
+    NotFound(String),
+    /// The command exists but cannot be executed (exit 126).
+    #[error("{0}")]
+    NotExecutable(String),
+}
+
+impl SandboxError {
+    pub fn exit_code(&self) -> i32 {
+        match self {
+            SandboxError::Unavailable(_) => 125,
+            SandboxError::NotFound(_) => 127,
+            SandboxError::NotExecutable(_) => 126,
+        }
+    }
+}
+
+/// The backend `choice` resolves to on this machine, and why.
+#[derive(Debug, Clone, Serialize)]
+pub struct Selection {
+    pub backend: Backend,
+    pub reason: String,
+}
+
+/// Picks the backend. `auto` prefers bwrap (namespaces: the strongest isolation), then
+/// landlock; when neither can enforce the policy it refuses and names every blocker.
+pub fn select(
+    choice: BackendChoice,
+    caps: &Capabilities,
+    state_dir: &Path,
+) -> Result<Selection, SandboxError> {
+    let bwrap = || bwrap_usable(caps, state_dir);
+    let landlock = || match caps.landlock_blocker() {
+        Some(why) => Err(why),
+        None => Ok(()),
+    };
+    match choice {
+        BackendChoice::None => Ok(Selection {
+            backend: Backend::None,
+            reason: "explicitly requested: NOTHING is enforced".into(),
+        }),
+        BackendChoice::Bwrap => bwrap()
+            .map(|()| Selection {
+                backend: Backend::Bwrap,
+                reason: "requested with --backend bwrap".into(),
+            })
+            .map_err(|why| SandboxError::Unavailable(format!("--backend bwrap: {why}"))),
+        BackendChoice::Landlock => landlock()
+            .map(|()| Selection {
+                backend: Backend::Landlock,
+                reason: "requested with --backend landlock".into(),
+            })
+            .map_err(|why| SandboxError::Unavailable(format!("--backend landlock: {why}"))),
+        BackendChoice::Auto => {
+            if !cfg!(target_os = "linux") {
+                return Err(SandboxError::Unavailable(format!(
+                    "no sandbox backend for {} yet",
+                    caps.os
+                )));
+            }
+            let bwrap_why = match bwrap() {
+                Ok(()) => {
+                    return Ok(Selection {
+                        backend: Backend::Bwrap,
+                        reason: "bubblewrap is installed and can create namespaces".into(),
+                    })
+                }
+                Err(why) => why,
+            };
+            match landlock() {
+                Ok(()) => Ok(Selection {
+                    backend: Backend::Landlock,
+                    reason: format!(
+                        "bwrap unusable ({bwrap_why}); Landlock and seccomp are available"
+                    ),
+                }),
+                Err(landlock_why) => Err(SandboxError::Unavailable(format!(
+                    "no sandbox backend can enforce the policy on this machine:\n  \
+                     bwrap: {bwrap_why}\n  landlock: {landlock_why}\n\
+                     Fix one of these (see `chitti doctor`). chitti never runs commands \
+                     unsandboxed unless you pass --backend none."
+                ))),
+            }
+        }
+    }
+}
+
+/// bwrap works here: static checks, then a real probe whose success is cached per boot.
+fn bwrap_usable(caps: &Capabilities, state_dir: &Path) -> Result<(), String> {
+    if let Some(why) = caps.bwrap_static_blocker() {
+        return Err(why);
+    }
+    let bwrap = &caps
+        .bwrap
+        .as_ref()
+        .expect("checked by the static blocker")
+        .path;
+    let cache = capabilities::ProbeCache::new(state_dir, bwrap);
+    if cache.holds() {
+        return Ok(());
+    }
+    match capabilities::probe_bwrap(bwrap) {
+        Ok(()) => {
+            cache.record();
+            Ok(())
+        }
+        Err(why) => Err(format!(
+            "bubblewrap is installed but cannot create its sandbox here: {why}"
+        )),
+    }
+}
+
+/// How exec talks to what it spawned.
+pub enum Control {
+    /// bwrap with `--die-with-parent`; `status` is the read end of `--json-status-fd`.
+    Bwrap { status: OwnedFd },
+    /// chitti's helper: closing `lifeline` kills the tree; `status` carries the report.
+    Helper { lifeline: OwnedFd, status: OwnedFd },
+}
+
+/// A launch ready for `exec`: the program and arguments, the descriptors to hand over,
+/// and what must live until the call is over.
+pub struct Prepared {
+    pub backend: Backend,
+    pub program: PathBuf,
+    pub args: Vec<OsString>,
+    pub env: Vec<(OsString, OsString)>,
+    pub cwd: PathBuf,
+    /// Descriptors the spawned process inherits at the same numbers.
+    pub pass_fds: Vec<OwnedFd>,
+    /// Limits applied to the spawned process itself (bwrap passes them on).
+    pub rlimits: Option<Rlimits>,
+    pub control: Control,
+    /// Guard for protected paths where the backend cannot mount them read-only.
+    pub snapshot: Option<protect::Snapshot>,
+    /// The private temporary directory, removed when dropped.
+    pub tmp: Option<tempfile::TempDir>,
+}
+
+/// Resolves the command the way the sandbox will, so that "not found" and "not
+/// executable" are reported as 127/126 by every backend.
+pub fn resolve_command(
+    program: &OsString,
+    env: &[(OsString, OsString)],
+    cwd: &Path,
+) -> Result<PathBuf, SandboxError> {
+    use std::os::unix::fs::PermissionsExt;
+    let name = program.to_string_lossy();
+    let path = if name.contains('/') {
+        cwd.join(program)
+    } else {
+        let search = crate::policy::env::get(env, "PATH").unwrap_or_default();
+        which::which_in(program, Some(search), cwd).map_err(|_| {
+            SandboxError::NotFound(format!(
+                "{name}: command not found (searched the sandbox PATH)"
+            ))
+        })?
+    };
+    let meta = std::fs::metadata(&path)
+        .map_err(|_| SandboxError::NotFound(format!("{name}: no such file")))?;
+    if meta.is_dir() || meta.permissions().mode() & 0o111 == 0 {
+        return Err(SandboxError::NotExecutable(format!(
+            "{name}: permission denied (not an executable file)"
+        )));
+    }
+    Ok(path)
+}
+
+/// Builds the launch for `command` under `backend`.
+pub fn prepare(
+    backend: Backend,
+    policy: &Policy,
+    command: &[OsString],
+    cwd: &Path,
+) -> Result<Prepared, SandboxError> {
+    if command.is_empty() || command[0].is_empty() {
+        return Err(SandboxError::Unavailable(
+            "no command given: pass one after `--`, e.g. `chitti sandbox exec -- ls`".into(),
+        ));
+    }
+    #[cfg(target_os = "linux")]
+    {
+        linux::prepare(backend, policy, command, cwd)
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        let _ = (backend, policy, cwd);
+        Err(SandboxError::Unavailable(format!(
+            "no sandbox backend for {} yet",
+            std::env::consts::OS
+        )))
+    }
+}
+
+/// Creates missing `hooks` directories of protected repositories, so that they can be
+/// held read-only (a missing one could otherwise be created with a hook inside).
+pub fn create_missing_hooks(policy: &Policy) -> Result<(), SandboxError> {
+    for path in &policy.read_only {
+        if path.ends_with("hooks") && !path.exists() {
+            std::fs::create_dir(path).map_err(|e| {
+                SandboxError::Unavailable(format!(
+                    "cannot create {} to protect it: {e}",
+                    path.display()
+                ))
+            })?;
+        }
+    }
+    Ok(())
+}
