@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# The whole test suite: unit tests, integration tests and the sandbox-tests escape suite,
+# on both Linux backends. Run as root, it runs everything a second time as an
+# unprivileged user (created if needed), because real users are not root.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+scripts/install-deps.sh
+
+echo "== build"
+cargo build --workspace --all-targets --locked
+
+echo "== tests as $(id -un)"
+cargo test --workspace --locked
+
+if [ "$(id -u)" -ne 0 ]; then
+    echo "== not root: the unprivileged run above is the only one"
+    exit 0
+fi
+
+user=chitti-test
+id "$user" >/dev/null 2>&1 || useradd --create-home --shell /bin/bash "$user"
+home=$(getent passwd "$user" | cut -d: -f6)
+
+# The unprivileged user cannot read this checkout or the toolchain (often under /root),
+# so it runs copies of the compiled test binaries from a directory it owns.
+stage=$(mktemp -d /var/tmp/chitti-test.XXXXXX)
+trap 'rm -rf "$stage"' EXIT
+cargo test --workspace --locked --no-run --message-format=json 2>/dev/null \
+    | python3 -c '
+import json, sys
+for line in sys.stdin:
+    msg = json.loads(line)
+    if msg.get("reason") == "compiler-artifact" and msg.get("executable") and msg["profile"]["test"]:
+        print(msg["executable"])
+' > "$stage/tests.txt"
+mkdir -p "$stage/bin" "$stage/tmp"
+cp target/debug/chitti "$stage/bin/chitti"
+while read -r exe; do cp "$exe" "$stage/bin/"; done < "$stage/tests.txt"
+chmod 755 "$stage"
+chown -R "$user:$user" "$stage/tmp"
+
+echo "== tests as unprivileged user $user"
+status=0
+while read -r exe; do
+    name=$(basename "$exe")
+    echo "-- $name"
+    runuser -u "$user" -- env -i \
+        HOME="$home" USER="$user" LOGNAME="$user" PATH=/usr/local/bin:/usr/bin:/bin LANG=C.UTF-8 \
+        CHITTI_BIN="$stage/bin/chitti" CHITTI_TEST_TMPDIR="$stage/tmp" \
+        "$stage/bin/$name" --test-threads=2 || status=1
+done < "$stage/tests.txt"
+exit $status
