@@ -15,8 +15,7 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 
 pub use capture::{Captured, HeadTail};
 
-use crate::sandbox::linux::helper::Report;
-use crate::sandbox::{Backend, Control, Prepared, SandboxError};
+use crate::sandbox::{Backend, Launch, Prepared, SandboxError};
 
 /// Default cap per captured stream.
 pub const DEFAULT_MAX_OUTPUT: usize = 64 * 1024;
@@ -54,6 +53,78 @@ pub struct Outcome {
     pub repairs: Vec<String>,
 }
 
+/// How the run ended, before it is turned into an [`Outcome`].
+enum Ended {
+    Exited,
+    TimedOut,
+    Cancelled,
+}
+
+/// The command's stdio, as chitti creates it: the child's ends and chitti's ends.
+struct Pipes {
+    child_stdin: Option<OwnedFd>,
+    child_stdout: Option<OwnedFd>,
+    child_stderr: Option<OwnedFd>,
+    stdin_bytes: Option<(OwnedFd, Vec<u8>)>,
+    stdout: Option<OwnedFd>,
+    stderr: Option<OwnedFd>,
+}
+
+fn pipe() -> Result<(OwnedFd, OwnedFd), SandboxError> {
+    nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)
+        .map_err(|e| SandboxError::Unavailable(format!("cannot create a pipe: {e}")))
+}
+
+impl Pipes {
+    fn new(input: Input, capture: bool, pipe_stderr: bool) -> Result<Pipes, SandboxError> {
+        let mut p = Pipes {
+            child_stdin: None,
+            child_stdout: None,
+            child_stderr: None,
+            stdin_bytes: None,
+            stdout: None,
+            stderr: None,
+        };
+        match input {
+            Input::Inherit => {}
+            Input::Null => {
+                let null = std::fs::File::open("/dev/null")
+                    .map_err(|e| SandboxError::Unavailable(format!("/dev/null: {e}")))?;
+                p.child_stdin = Some(null.into());
+            }
+            Input::Bytes(bytes) => {
+                let (r, w) = pipe()?;
+                p.child_stdin = Some(r);
+                p.stdin_bytes = Some((w, bytes));
+            }
+        }
+        if capture {
+            let (r, w) = pipe()?;
+            p.stdout = Some(r);
+            p.child_stdout = Some(w);
+        }
+        if pipe_stderr {
+            let (r, w) = pipe()?;
+            p.stderr = Some(r);
+            p.child_stderr = Some(w);
+        }
+        Ok(p)
+    }
+}
+
+/// The spawned process, whichever way it was started.
+enum Running {
+    Command(tokio::process::Child),
+    #[cfg(target_os = "linux")]
+    Supervised {
+        pid: libc::pid_t,
+        pidfd: OwnedFd,
+        status: OwnedFd,
+        /// Dropping it makes the supervisor kill the tree and exit.
+        lifeline: Option<OwnedFd>,
+    },
+}
+
 /// Runs the launch until it exits, `timeout` passes, or `cancel` resolves.
 pub async fn run(
     prepared: Prepared,
@@ -64,209 +135,285 @@ pub async fn run(
 ) -> Result<Outcome, SandboxError> {
     let Prepared {
         backend,
-        program,
-        args,
-        env,
-        cwd,
-        pass_fds,
-        rlimits,
-        control,
+        launch,
         snapshot,
         tmp,
     } = prepared;
-    let is_bwrap = matches!(control, Control::Bwrap { .. });
-
-    let mut cmd = tokio::process::Command::new(&program);
-    cmd.args(&args)
-        .env_clear()
-        .envs(env)
-        .current_dir(&cwd)
-        // Its own process group: a terminal's Ctrl-C reaches chitti, which then tears the
-        // sandbox down in order, instead of killing the supervisor half-way.
-        .process_group(0)
-        .kill_on_drop(true);
-    cmd.stdin(match &input {
-        Input::Null => Stdio::null(),
-        Input::Inherit => Stdio::inherit(),
-        Input::Bytes(_) => Stdio::piped(),
-    });
     let capture_max = match output {
         Output::Stream => None,
         Output::Capture { max_bytes } => Some(max_bytes),
     };
-    cmd.stdout(if capture_max.is_some() {
-        Stdio::piped()
-    } else {
-        Stdio::inherit()
-    });
+    let is_bwrap = matches!(launch, Launch::Command { .. });
     // bwrap's own set-up errors arrive on stderr; read it to tell them from the command's.
-    cmd.stderr(if capture_max.is_some() || is_bwrap {
-        Stdio::piped()
-    } else {
-        Stdio::inherit()
-    });
-    let raw_fds: Vec<i32> = pass_fds.iter().map(|f| f.as_raw_fd()).collect();
-    unsafe {
-        cmd.pre_exec(move || {
-            for fd in &raw_fds {
-                if libc::fcntl(*fd, libc::F_SETFD, 0) < 0 {
-                    return Err(std::io::Error::last_os_error());
-                }
-            }
-            if let Some(limits) = rlimits {
-                limits.apply()?;
-            }
-            Ok(())
-        });
-    }
+    let pipes = Pipes::new(
+        input,
+        capture_max.is_some(),
+        capture_max.is_some() || is_bwrap,
+    )?;
 
     let started = Instant::now();
-    let mut child = cmd.spawn().map_err(|e| {
-        SandboxError::Unavailable(format!("cannot start {}: {e}", program.display()))
-    })?;
-    // The child has its copies; ours would keep pipes open.
-    drop(pass_fds);
+    let Pipes {
+        child_stdin,
+        child_stdout,
+        child_stderr,
+        stdin_bytes,
+        stdout,
+        stderr,
+    } = pipes;
+    let mut running = match launch {
+        Launch::Command {
+            program,
+            args,
+            env,
+            cwd,
+            pass_fds,
+            rlimits,
+        } => {
+            let mut cmd = tokio::process::Command::new(&program);
+            cmd.args(&args)
+                .env_clear()
+                .envs(env)
+                .current_dir(&cwd)
+                // Its own process group: a terminal's Ctrl-C reaches chitti, which then
+                // tears the sandbox down in order.
+                .process_group(0)
+                .kill_on_drop(true)
+                .stdin(child_stdin.map_or_else(Stdio::inherit, Stdio::from))
+                .stdout(child_stdout.map_or_else(Stdio::inherit, Stdio::from))
+                .stderr(child_stderr.map_or_else(Stdio::inherit, Stdio::from));
+            let raw_fds: Vec<i32> = pass_fds.iter().map(|f| f.as_raw_fd()).collect();
+            unsafe {
+                cmd.pre_exec(move || {
+                    for fd in &raw_fds {
+                        if libc::fcntl(*fd, libc::F_SETFD, 0) < 0 {
+                            return Err(std::io::Error::last_os_error());
+                        }
+                    }
+                    rlimits.apply()
+                });
+            }
+            let child = cmd.spawn().map_err(|e| {
+                SandboxError::Unavailable(format!("cannot start {}: {e}", program.display()))
+            })?;
+            drop(pass_fds);
+            Running::Command(child)
+        }
+        #[cfg(target_os = "linux")]
+        Launch::Supervised(spec) => {
+            use crate::sandbox::linux::supervisor;
+            let sup = supervisor::spawn(
+                spec,
+                supervisor::ChildStdio {
+                    stdin: child_stdin,
+                    stdout: child_stdout,
+                    stderr: child_stderr,
+                },
+            )
+            .map_err(|e| SandboxError::Unavailable(format!("cannot start the sandbox: {e}")))?;
+            Running::Supervised {
+                pid: sup.pid,
+                pidfd: sup.pidfd,
+                status: sup.status,
+                lifeline: Some(sup.lifeline),
+            }
+        }
+    };
 
-    if let Input::Bytes(bytes) = input {
-        if let Some(mut stdin) = child.stdin.take() {
+    if let Some((fd, bytes)) = stdin_bytes {
+        if let Ok(mut tx) = tokio::net::unix::pipe::Sender::from_owned_fd(fd) {
             tokio::spawn(async move {
-                let _ = stdin.write_all(&bytes).await;
+                let _ = tx.write_all(&bytes).await;
             });
         }
     }
-    let stdout_task = child
-        .stdout
-        .take()
-        .map(|s| tokio::spawn(collect(s, capture_max.unwrap_or(0), false)));
-    let stderr_task = child
-        .stderr
-        .take()
-        .map(|s| tokio::spawn(collect(s, capture_max.unwrap_or(0), capture_max.is_none())));
+    let stdout_task = stdout.map(|fd| tokio::spawn(collect(fd, capture_max.unwrap_or(0), false)));
+    let stderr_task =
+        stderr.map(|fd| tokio::spawn(collect(fd, capture_max.unwrap_or(0), capture_max.is_none())));
 
-    let (mut lifeline, status_fd) = match control {
-        Control::Bwrap { status } => (None, status),
-        Control::Helper { lifeline, status } => (Some(lifeline), status),
-    };
-
-    let mut timed_out = false;
-    let mut cancelled = false;
     tokio::pin!(cancel);
-    let status = tokio::select! {
-        status = child.wait() => status,
-        _ = tokio::time::sleep(timeout) => { timed_out = true; stop(&mut child, &mut lifeline).await }
-        _ = &mut cancel => { cancelled = true; stop(&mut child, &mut lifeline).await }
+    let ended = tokio::select! {
+        r = wait(&mut running) => { r?; Ended::Exited }
+        _ = tokio::time::sleep(timeout) => Ended::TimedOut,
+        _ = &mut cancel => Ended::Cancelled,
+    };
+    if !matches!(ended, Ended::Exited) {
+        stop(&mut running).await?;
     }
-    .map_err(|e| SandboxError::Unavailable(format!("waiting for the sandbox: {e}")))?;
     let duration = started.elapsed();
-    drop(lifeline);
 
-    let stdout = join(stdout_task).await;
+    let stdout = match stdout_task {
+        Some(task) => task.await.map(|(c, _)| c).unwrap_or_default(),
+        None => Captured::default(),
+    };
     let (stderr, stderr_head) = match stderr_task {
-        Some(task) => {
-            let (captured, head) = task.await.unwrap_or_default();
-            (captured, head)
-        }
+        Some(task) => task.await.unwrap_or_default(),
         None => (Captured::default(), Vec::new()),
     };
+    // Every sandboxed process is gone now, so nothing can race the repairs.
     let repairs = snapshot.map(|s| s.restore()).unwrap_or_default();
     drop(tmp);
 
     let mut outcome = Outcome {
         exit_code: 0,
         signal: None,
-        timed_out,
-        cancelled,
+        timed_out: matches!(ended, Ended::TimedOut),
+        cancelled: matches!(ended, Ended::Cancelled),
         stdout,
         stderr,
         duration,
         backend,
         repairs,
     };
-    if timed_out {
-        outcome.exit_code = 124;
-        return Ok(outcome);
-    }
-    if cancelled {
-        outcome.exit_code = 130;
-        return Ok(outcome);
-    }
-    if is_bwrap {
-        drop(status_fd);
-        if let Some(code) = status.code() {
-            if code == 1 && stderr_head.starts_with(b"bwrap: ") {
-                let line = String::from_utf8_lossy(&stderr_head);
-                return Err(SandboxError::Unavailable(format!(
-                    "bubblewrap could not set up the sandbox: {}",
-                    line.lines().next().unwrap_or_default()
-                )));
-            }
-            // bwrap reports a command killed by signal N as 128+N; it cannot tell us more.
-            outcome.exit_code = code;
-        } else {
-            outcome.exit_code = 128 + status.signal().unwrap_or(9);
+    match ended {
+        Ended::TimedOut => {
+            outcome.exit_code = 124;
+            return Ok(outcome);
         }
-        return Ok(outcome);
+        Ended::Cancelled => {
+            outcome.exit_code = 130;
+            return Ok(outcome);
+        }
+        Ended::Exited => {}
     }
-    match read_report(status_fd) {
+    match running {
+        Running::Command(mut child) => {
+            let status = child
+                .wait()
+                .await
+                .map_err(|e| SandboxError::Unavailable(format!("waiting for bwrap: {e}")))?;
+            if let Some(code) = status.code() {
+                if code == 1 && stderr_head.starts_with(b"bwrap: ") {
+                    let text = String::from_utf8_lossy(&stderr_head);
+                    return Err(SandboxError::Unavailable(format!(
+                        "bubblewrap could not set up the sandbox: {}",
+                        text.lines().next().unwrap_or_default()
+                    )));
+                }
+                // bwrap reports a command killed by signal N as 128+N; it cannot say more.
+                outcome.exit_code = code;
+            } else {
+                outcome.exit_code = 128 + status.signal().unwrap_or(libc::SIGKILL);
+            }
+        }
+        #[cfg(target_os = "linux")]
+        Running::Supervised { status, .. } => apply_report(&mut outcome, status, backend)?,
+    }
+    Ok(outcome)
+}
+
+#[cfg(target_os = "linux")]
+fn apply_report(
+    outcome: &mut Outcome,
+    status: OwnedFd,
+    backend: Backend,
+) -> Result<(), SandboxError> {
+    use crate::sandbox::linux::supervisor::Report;
+    let mut text = String::new();
+    let _ = std::fs::File::from(status).read_to_string(&mut text);
+    let report: Option<Report> = text
+        .lines()
+        .next()
+        .and_then(|l| serde_json::from_str(l).ok());
+    let errno_text = |errno: i32| std::io::Error::from_raw_os_error(errno).to_string();
+    match report {
         Some(Report::Exited { code }) => outcome.exit_code = code,
         Some(Report::Signaled { signal }) => {
             outcome.exit_code = 128 + signal;
             outcome.signal = Some(signal);
         }
         Some(Report::Killed) => outcome.exit_code = 124,
-        Some(Report::NotFound { message }) => return Err(SandboxError::NotFound(message)),
-        Some(Report::NotExecutable { message }) => {
-            return Err(SandboxError::NotExecutable(message))
+        Some(Report::ExecFailed { errno }) if errno == libc::ENOENT => {
+            return Err(SandboxError::NotFound(format!(
+                "cannot execute the command: {}",
+                errno_text(errno)
+            )))
         }
-        Some(Report::SetupFailed { message }) => {
+        Some(Report::ExecFailed { errno }) => {
+            return Err(SandboxError::NotExecutable(format!(
+                "cannot execute the command: {}",
+                errno_text(errno)
+            )))
+        }
+        Some(Report::SetupFailed { step, errno }) => {
             return Err(SandboxError::Unavailable(format!(
-                "the {} sandbox could not be set up: {message}",
-                backend.name()
+                "the {} sandbox could not be set up: {step}: {}",
+                backend.name(),
+                errno_text(errno)
             )))
         }
         None => {
-            return Err(SandboxError::Unavailable(format!(
-                "the sandbox helper ended without a report ({status})"
-            )))
+            return Err(SandboxError::Unavailable(
+                "the sandbox supervisor ended without a report".into(),
+            ))
         }
     }
-    Ok(outcome)
+    Ok(())
 }
 
-/// Tears the sandbox down: the helper kills its tree when the lifeline closes; bwrap's
-/// tree dies with it (`--die-with-parent`, and its PID namespace).
-async fn stop(
-    child: &mut tokio::process::Child,
-    lifeline: &mut Option<OwnedFd>,
-) -> std::io::Result<std::process::ExitStatus> {
-    if lifeline.take().is_none() {
-        let _ = child.start_kill();
+/// Waits for the spawned process to exit (and reaps it).
+async fn wait(running: &mut Running) -> Result<(), SandboxError> {
+    match running {
+        Running::Command(child) => {
+            child
+                .wait()
+                .await
+                .map_err(|e| SandboxError::Unavailable(format!("waiting for bwrap: {e}")))?;
+        }
+        #[cfg(target_os = "linux")]
+        Running::Supervised { pid, pidfd, .. } => {
+            // SAFETY: `pidfd` outlives the registration, which ends with this block.
+            let fd = unsafe {
+                tokio::io::unix::AsyncFd::register_with_interest(
+                    pidfd.as_raw_fd(),
+                    tokio::io::Interest::READABLE,
+                )
+            }
+            .map_err(|e| SandboxError::Unavailable(format!("watching the supervisor: {e}")))?;
+            let _ = fd.readable().await;
+            unsafe { libc::waitpid(*pid, std::ptr::null_mut(), 0) };
+        }
     }
-    match tokio::time::timeout(KILL_GRACE, child.wait()).await {
-        Ok(status) => status,
-        Err(_) => {
+    Ok(())
+}
+
+/// Tears the sandbox down: the supervisor kills its tree when the lifeline closes;
+/// bwrap's tree dies with it (`--die-with-parent`, and its PID namespace).
+async fn stop(running: &mut Running) -> Result<(), SandboxError> {
+    match running {
+        Running::Command(child) => {
             let _ = child.start_kill();
-            child.wait().await
         }
+        #[cfg(target_os = "linux")]
+        Running::Supervised { lifeline, .. } => drop(lifeline.take()),
     }
-}
-
-fn read_report(status: OwnedFd) -> Option<Report> {
-    let mut text = String::new();
-    std::fs::File::from(status).read_to_string(&mut text).ok()?;
-    serde_json::from_str(text.lines().next()?).ok()
-}
-
-async fn join(task: Option<tokio::task::JoinHandle<(Captured, Vec<u8>)>>) -> Captured {
-    match task {
-        Some(task) => task.await.map(|(c, _)| c).unwrap_or_default(),
-        None => Captured::default(),
+    if tokio::time::timeout(KILL_GRACE, wait(running))
+        .await
+        .is_err()
+    {
+        match running {
+            Running::Command(child) => {
+                let _ = child.start_kill();
+            }
+            #[cfg(target_os = "linux")]
+            Running::Supervised { pid, .. } => unsafe {
+                libc::kill(*pid, libc::SIGKILL);
+            },
+        }
+        wait(running).await?;
     }
+    Ok(())
 }
 
 /// Reads a stream to its end, keeping at most `max` bytes; when `forward` is set, copies
 /// everything to chitti's stderr as it arrives instead. Also returns the first bytes.
-async fn collect(
+async fn collect(fd: OwnedFd, max: usize, forward: bool) -> (Captured, Vec<u8>) {
+    let Ok(stream) = tokio::net::unix::pipe::Receiver::from_owned_fd(fd) else {
+        return Default::default();
+    };
+    read_all(stream, max, forward).await
+}
+
+async fn read_all(
     mut stream: impl AsyncRead + Unpin,
     max: usize,
     forward: bool,

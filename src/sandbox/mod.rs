@@ -167,27 +167,28 @@ fn bwrap_usable(caps: &Capabilities, state_dir: &Path) -> Result<(), String> {
     }
 }
 
-/// How exec talks to what it spawned.
-pub enum Control {
-    /// bwrap with `--die-with-parent`; `status` is the read end of `--json-status-fd`.
-    Bwrap { status: OwnedFd },
-    /// chitti's helper: closing `lifeline` kills the tree; `status` carries the report.
-    Helper { lifeline: OwnedFd, status: OwnedFd },
+/// How the sandboxed process is started.
+pub enum Launch {
+    /// A program spawned directly: bubblewrap, which isolates and supervises itself.
+    Command {
+        program: PathBuf,
+        args: Vec<OsString>,
+        env: Vec<(OsString, OsString)>,
+        cwd: PathBuf,
+        /// Descriptors the program inherits at the same numbers (seccomp programs).
+        pass_fds: Vec<OwnedFd>,
+        /// Limits applied to the program itself; bwrap passes them on.
+        rlimits: Rlimits,
+    },
+    /// Forked by chitti under a supervisor that kills the whole tree (landlock, none).
+    #[cfg(target_os = "linux")]
+    Supervised(linux::supervisor::LaunchSpec),
 }
 
-/// A launch ready for `exec`: the program and arguments, the descriptors to hand over,
-/// and what must live until the call is over.
+/// A launch ready for `exec`, and what must live until the call is over.
 pub struct Prepared {
     pub backend: Backend,
-    pub program: PathBuf,
-    pub args: Vec<OsString>,
-    pub env: Vec<(OsString, OsString)>,
-    pub cwd: PathBuf,
-    /// Descriptors the spawned process inherits at the same numbers.
-    pub pass_fds: Vec<OwnedFd>,
-    /// Limits applied to the spawned process itself (bwrap passes them on).
-    pub rlimits: Option<Rlimits>,
-    pub control: Control,
+    pub launch: Launch,
     /// Guard for protected paths where the backend cannot mount them read-only.
     pub snapshot: Option<protect::Snapshot>,
     /// The private temporary directory, removed when dropped.

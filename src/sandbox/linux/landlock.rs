@@ -3,9 +3,9 @@
 //! Landlock is an allow-list whose grants are inherited by everything beneath a granted
 //! directory, so "read everything except ~/.ssh" is built by granting the siblings of
 //! every denied path along its ancestry, instead of an ancestor itself. Ancestors only get
-//! directory listing. Writes are granted on the writable roots alone.
+//! directory listing. /dev is treated as an ancestor of everything in it, so only the
+//! listed harmless devices are granted. Writes are granted on the writable roots alone.
 
-use std::os::unix::fs::FileTypeExt;
 use std::path::{Path, PathBuf};
 
 use landlock::{
@@ -26,17 +26,17 @@ fn err(context: &str) -> impl FnOnce(landlock::RulesetError) -> LandlockError + 
     move |e| LandlockError(format!("{context}: {e}"))
 }
 
-/// Devices that are always usable: they reach nothing outside the process.
+/// The only device nodes granted: they reach nothing outside the process. Everything
+/// else in /dev (raw disks, /dev/mem, /dev/port, other terminals) stays unreadable, like
+/// bubblewrap's minimal /dev.
 const SAFE_DEVICES: &[&str] = &[
     "/dev/null",
     "/dev/zero",
     "/dev/full",
     "/dev/random",
     "/dev/urandom",
+    "/dev/tty",
 ];
-
-/// Devices that expose memory or hardware ports; unreadable even for root without caps.
-const MEMORY_DEVICES: &[&str] = &["/dev/mem", "/dev/kmem", "/dev/port"];
 
 fn read_dir_access() -> BitFlags<AccessFs> {
     make_bitflags!(AccessFs::{ ReadFile | ReadDir | Execute })
@@ -60,32 +60,13 @@ pub struct RulesetSpec<'a> {
     pub terminals: &'a [PathBuf],
 }
 
-/// Adds the devices that must never be readable: raw block devices and memory devices.
-pub fn device_denials() -> Vec<PathBuf> {
-    let mut out: Vec<PathBuf> = MEMORY_DEVICES.iter().map(PathBuf::from).collect();
-    if let Ok(entries) = std::fs::read_dir("/dev") {
-        for entry in entries.flatten() {
-            if entry
-                .file_type()
-                .map(|t| t.is_block_device())
-                .unwrap_or(false)
-            {
-                out.push(entry.path());
-            }
-        }
-    }
-    out
-}
-
 /// Builds (but does not enforce) the ruleset. Enforcement happens in the child between
 /// fork and exec with [`RulesetCreated::restrict_self`].
 pub fn build(spec: &RulesetSpec) -> Result<RulesetCreated, LandlockError> {
-    let mut deny: Vec<PathBuf> = spec.deny_read.to_vec();
-    deny.extend(device_denials());
-    deny.retain(|p| p.symlink_metadata().is_ok());
-
-    let mut ancestors: Vec<PathBuf> = Vec::new();
-    for path in &deny {
+    let deny = spec.deny_read;
+    // /dev is never granted as a whole: only SAFE_DEVICES below.
+    let mut ancestors: Vec<PathBuf> = vec![PathBuf::from("/"), PathBuf::from("/dev")];
+    for path in deny {
         let mut cur = path.parent();
         while let Some(dir) = cur {
             if !ancestors.iter().any(|a| a == dir) {
@@ -93,9 +74,6 @@ pub fn build(spec: &RulesetSpec) -> Result<RulesetCreated, LandlockError> {
             }
             cur = dir.parent();
         }
-    }
-    if ancestors.is_empty() {
-        ancestors.push(PathBuf::from("/"));
     }
 
     let mut ruleset = Ruleset::default()
@@ -108,7 +86,10 @@ pub fn build(spec: &RulesetSpec) -> Result<RulesetCreated, LandlockError> {
         .map_err(err("creating the ruleset"))?;
 
     for dir in &ancestors {
-        ruleset = add(ruleset, dir, AccessFs::ReadDir.into())?;
+        ruleset = add(ruleset, dir, true, AccessFs::ReadDir.into())?;
+        if dir == Path::new("/dev") {
+            continue;
+        }
         let Ok(entries) = std::fs::read_dir(dir) else {
             continue;
         };
@@ -125,27 +106,25 @@ pub fn build(spec: &RulesetSpec) -> Result<RulesetCreated, LandlockError> {
             if file_type.is_symlink() {
                 continue;
             }
-            let access = if file_type.is_dir() {
+            let is_dir = file_type.is_dir();
+            let access = if is_dir {
                 read_dir_access()
             } else {
                 read_file_access()
             };
-            ruleset = add(ruleset, &child, access)?;
+            ruleset = add(ruleset, &child, is_dir, access)?;
         }
-    }
-    if !ancestors.contains(&PathBuf::from("/")) {
-        ruleset = add(ruleset, Path::new("/"), read_dir_access())?;
     }
     for dev in SAFE_DEVICES {
         if Path::new(dev).exists() {
-            ruleset = add(ruleset, Path::new(dev), device_rw_access())?;
+            ruleset = add(ruleset, Path::new(dev), false, device_rw_access())?;
         }
     }
     for tty in spec.terminals {
-        ruleset = add(ruleset, tty, device_rw_access())?;
+        ruleset = add(ruleset, tty, false, device_rw_access())?;
     }
     for root in spec.writable {
-        ruleset = add(ruleset, root, AccessFs::from_all(PINNED_ABI))?;
+        ruleset = add(ruleset, root, true, AccessFs::from_all(PINNED_ABI))?;
     }
     Ok(ruleset)
 }
@@ -153,11 +132,11 @@ pub fn build(spec: &RulesetSpec) -> Result<RulesetCreated, LandlockError> {
 fn add(
     ruleset: RulesetCreated,
     path: &Path,
+    is_dir: bool,
     access: BitFlags<AccessFs>,
 ) -> Result<RulesetCreated, LandlockError> {
     let fd = PathFd::new(path)
         .map_err(|e| LandlockError(format!("cannot open {}: {e}", path.display())))?;
-    let is_dir = path.is_dir();
     let access = if is_dir {
         access
     } else {

@@ -1,10 +1,10 @@
-//! The Linux backends: bubblewrap, and Landlock + seccomp through chitti's helper.
+//! The Linux backends: bubblewrap, and Landlock + seccomp under chitti's supervisor.
 
 pub mod bwrap;
 pub mod caps;
-pub mod helper;
 pub mod landlock;
 pub mod seccomp;
+pub mod supervisor;
 
 use std::ffi::OsString;
 use std::io::Write;
@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 
 use nix::fcntl::OFlag;
 
-use super::{protect, Backend, Capabilities, Control, Prepared, SandboxError};
+use super::{protect, Backend, Capabilities, Launch, Prepared, SandboxError};
 use crate::policy::Policy;
 use crate::sandbox::rlimits::Rlimits;
 
@@ -43,7 +43,7 @@ pub fn prepare(
 ) -> Result<Prepared, SandboxError> {
     match backend {
         Backend::Bwrap => prepare_bwrap(policy, command, cwd),
-        Backend::Landlock | Backend::None => prepare_helper(backend, policy, command, cwd),
+        Backend::Landlock | Backend::None => prepare_supervised(backend, policy, command, cwd),
     }
 }
 
@@ -87,23 +87,20 @@ fn prepare_bwrap(
         seccomp_fds.push(read.as_raw_fd());
         pass_fds.push(read);
     }
-    let (status_read, status_write) = pipe()?;
     let call = bwrap::CallArgs {
         cwd: cwd.to_path_buf(),
         seccomp_fds,
-        status_fd: Some(status_write.as_raw_fd()),
+        status_fd: None,
     };
-    pass_fds.push(status_write);
     Ok(Prepared {
         backend: Backend::Bwrap,
-        program: bwrap,
-        args: bwrap::args(policy, &call, command),
-        env,
-        cwd: cwd.to_path_buf(),
-        pass_fds,
-        rlimits: Some(Rlimits::from(&policy.limits)),
-        control: Control::Bwrap {
-            status: status_read,
+        launch: Launch::Command {
+            program: bwrap,
+            args: bwrap::args(policy, &call, command),
+            env,
+            cwd: cwd.to_path_buf(),
+            pass_fds,
+            rlimits: Rlimits::from(&policy.limits),
         },
         snapshot: None,
         tmp: None,
@@ -117,17 +114,21 @@ fn hidden_in_bwrap(path: &Path, policy: &Policy) -> bool {
         && !policy.writable.iter().any(|w| path.starts_with(w))
 }
 
-fn prepare_helper(
+fn prepare_supervised(
     backend: Backend,
     policy: &Policy,
     command: &[OsString],
     cwd: &Path,
 ) -> Result<Prepared, SandboxError> {
     let sandboxed = backend == Backend::Landlock;
+    let unavailable = |what: &str, e: String| SandboxError::Unavailable(format!("{what}: {e}"));
     let mut snapshot = None;
     let mut tmp = None;
     let mut tmp_path: Option<PathBuf> = None;
     if sandboxed {
+        if let Some(why) = Capabilities::get().landlock_blocker() {
+            return Err(SandboxError::Unavailable(why));
+        }
         super::create_missing_hooks(policy)?;
         snapshot = Some(
             protect::Snapshot::take(&policy.pinned, &policy.read_only)
@@ -137,12 +138,11 @@ fn prepare_helper(
             let dir = tempfile::Builder::new()
                 .prefix("chitti-tmp-")
                 .tempdir()
-                .map_err(|e| {
-                    SandboxError::Unavailable(format!("cannot create a private TMPDIR: {e}"))
-                })?;
-            tmp_path = Some(dir.path().canonicalize().map_err(|e| {
-                SandboxError::Unavailable(format!("cannot resolve the private TMPDIR: {e}"))
-            })?);
+                .map_err(|e| unavailable("cannot create a private TMPDIR", e.to_string()))?;
+            tmp_path =
+                Some(dir.path().canonicalize().map_err(|e| {
+                    unavailable("cannot resolve the private TMPDIR", e.to_string())
+                })?);
             tmp = Some(dir);
         }
     }
@@ -152,50 +152,57 @@ fn prepare_helper(
         // `none` runs the command as the caller would, environment included.
         std::env::vars_os().collect()
     };
-    super::resolve_command(&command[0], &env, cwd)?;
+    let program = super::resolve_command(&command[0], &env, cwd)?;
 
-    let (lifeline_read, lifeline_write) = pipe()?;
-    let (status_read, status_write) = pipe()?;
-    let mut writable = policy.writable.clone();
-    writable.extend(tmp_path.clone());
-    let spec = helper::Spec {
-        mode: if sandboxed {
-            helper::Mode::Landlock
-        } else {
-            helper::Mode::None
-        },
-        writable,
-        deny_read: policy.deny_read.clone(),
-        network: policy.network,
-        rlimits: if sandboxed {
-            Rlimits::from(&policy.limits)
-        } else {
-            Rlimits::default()
-        },
-        lifeline_fd: lifeline_read.as_raw_fd(),
-        status_fd: status_write.as_raw_fd(),
+    let restrictions = if sandboxed {
+        let mut writable = policy.writable.clone();
+        writable.extend(tmp_path.clone());
+        let terminals = stdio_terminals();
+        let ruleset = landlock::build(&landlock::RulesetSpec {
+            writable: &writable,
+            deny_read: &policy.deny_read,
+            terminals: &terminals,
+        })
+        .map_err(|e| SandboxError::Unavailable(e.to_string()))?;
+        let fd: Option<OwnedFd> = ruleset.into();
+        Some(supervisor::Restrictions {
+            landlock: fd.ok_or_else(|| {
+                SandboxError::Unavailable("landlock: the kernel returned no ruleset".into())
+            })?,
+            seccomp: seccomp::programs(policy.network)
+                .map_err(|e| SandboxError::Unavailable(e.to_string()))?,
+            last_cap: caps::last_cap(),
+        })
+    } else {
+        None
     };
-    let spec_json = serde_json::to_string(&spec).map_err(|e| {
-        SandboxError::Unavailable(format!(
-            "cannot encode the helper's instructions (paths must be UTF-8): {e}"
-        ))
-    })?;
-    let mut args: Vec<OsString> = vec![helper::HELPER_ARG.into(), spec_json.into(), "--".into()];
-    args.extend(command.iter().cloned());
+    let rlimits = if sandboxed {
+        Rlimits::from(&policy.limits)
+    } else {
+        Rlimits::default()
+    };
+    let spec = supervisor::LaunchSpec::new(&program, command, &env, cwd, rlimits, restrictions)
+        .map_err(SandboxError::Unavailable)?;
     Ok(Prepared {
         backend,
-        // The running binary, even if it was replaced on disk since it started.
-        program: PathBuf::from("/proc/self/exe"),
-        args,
-        env,
-        cwd: cwd.to_path_buf(),
-        pass_fds: vec![lifeline_read, status_write],
-        rlimits: None,
-        control: Control::Helper {
-            lifeline: lifeline_write,
-            status: status_read,
-        },
+        launch: Launch::Supervised(spec),
         snapshot,
         tmp,
     })
+}
+
+/// Terminals handed to the command as stdio, which it may keep using (Landlock would
+/// otherwise refuse to reopen them, e.g. `echo > /dev/stderr`).
+fn stdio_terminals() -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    for fd in 0..3 {
+        if unsafe { libc::isatty(fd) } == 1 {
+            if let Ok(path) = std::fs::read_link(format!("/proc/self/fd/{fd}")) {
+                if path.starts_with("/dev/") && !out.contains(&path) {
+                    out.push(path);
+                }
+            }
+        }
+    }
+    out
 }

@@ -1,0 +1,464 @@
+//! Launching a command under Landlock + seccomp without re-executing chitti.
+//!
+//! chitti forks a **supervisor** (a copy of itself that never execs), which forks the
+//! **command**. The command restricts itself between fork and exec — new session,
+//! rlimits, capabilities dropped, no_new_privs, Landlock, seccomp — in a process that has
+//! a single thread, because `landlock_restrict_self` binds only the calling thread.
+//!
+//! The supervisor stays outside the sandbox. It is a child subreaper: when the command
+//! exits, when chitti closes the lifeline pipe (timeout, cancellation), or when chitti
+//! dies (the kernel closes the pipe), it kills every remaining descendant, including
+//! daemonised ones, then reports how the command ended and exits.
+//!
+//! Everything that allocates or opens files is done in chitti before the first fork;
+//! after it, only system calls (glibc keeps malloc usable after fork, but nothing here
+//! needs it on the success path).
+
+use std::ffi::{CString, OsString};
+use std::os::fd::{AsRawFd, FromRawFd, IntoRawFd, OwnedFd, RawFd};
+use std::os::unix::ffi::OsStrExt;
+use std::path::Path;
+
+use serde::{Deserialize, Serialize};
+
+use super::caps;
+use crate::sandbox::rlimits::Rlimits;
+
+/// How the command ended, as the supervisor reports it.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum Report {
+    Exited {
+        code: i32,
+    },
+    Signaled {
+        signal: i32,
+    },
+    /// The lifeline closed before the command finished (timeout or cancellation).
+    Killed,
+    /// exec failed with this errno; nothing ran.
+    ExecFailed {
+        errno: i32,
+    },
+    /// A set-up step failed with this errno; nothing ran.
+    SetupFailed {
+        step: String,
+        errno: i32,
+    },
+}
+
+/// The restrictions the command applies to itself.
+pub struct Restrictions {
+    pub landlock: OwnedFd,
+    pub seccomp: Vec<seccompiler::BpfProgram>,
+    pub last_cap: u32,
+}
+
+/// Everything needed to run one command, prepared before any fork.
+pub struct LaunchSpec {
+    pub program: CString,
+    pub argv: Vec<CString>,
+    pub envp: Vec<CString>,
+    pub cwd: CString,
+    pub rlimits: Rlimits,
+    pub restrictions: Option<Restrictions>,
+}
+
+impl LaunchSpec {
+    pub fn new(
+        program: &Path,
+        args: &[OsString],
+        env: &[(OsString, OsString)],
+        cwd: &Path,
+        rlimits: Rlimits,
+        restrictions: Option<Restrictions>,
+    ) -> Result<LaunchSpec, String> {
+        let c = |bytes: &[u8]| {
+            CString::new(bytes)
+                .map_err(|_| "an argument or variable contains a NUL byte".to_string())
+        };
+        Ok(LaunchSpec {
+            program: c(program.as_os_str().as_bytes())?,
+            argv: args
+                .iter()
+                .map(|a| c(a.as_bytes()))
+                .collect::<Result<_, _>>()?,
+            envp: env
+                .iter()
+                .map(|(k, v)| {
+                    let mut kv = k.as_bytes().to_vec();
+                    kv.push(b'=');
+                    kv.extend_from_slice(v.as_bytes());
+                    c(&kv)
+                })
+                .collect::<Result<_, _>>()?,
+            cwd: c(cwd.as_os_str().as_bytes())?,
+            rlimits,
+            restrictions,
+        })
+    }
+}
+
+/// The running supervisor, from chitti's side.
+pub struct Supervised {
+    pub pid: libc::pid_t,
+    /// Readable when the supervisor has exited.
+    pub pidfd: OwnedFd,
+    /// Drop it to make the supervisor kill the tree and exit.
+    pub lifeline: OwnedFd,
+    /// One JSON [`Report`] line, then EOF.
+    pub status: OwnedFd,
+}
+
+/// The command's stdio: `None` keeps chitti's own descriptor.
+pub struct ChildStdio {
+    pub stdin: Option<OwnedFd>,
+    pub stdout: Option<OwnedFd>,
+    pub stderr: Option<OwnedFd>,
+}
+
+fn pipe() -> std::io::Result<(OwnedFd, OwnedFd)> {
+    nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).map_err(std::io::Error::from)
+}
+
+fn last_error() -> i32 {
+    std::io::Error::last_os_error()
+        .raw_os_error()
+        .unwrap_or(libc::EIO)
+}
+
+/// Forks the supervisor. Returns once it runs; the command starts right after.
+pub fn spawn(spec: LaunchSpec, stdio: ChildStdio) -> std::io::Result<Supervised> {
+    let (lifeline_read, lifeline_write) = pipe()?;
+    let (status_read, status_write) = pipe()?;
+    // Raw pointers for execve, built before fork.
+    let argv: Vec<*const libc::c_char> = spec
+        .argv
+        .iter()
+        .map(|a| a.as_ptr())
+        .chain(std::iter::once(std::ptr::null()))
+        .collect();
+    let envp: Vec<*const libc::c_char> = spec
+        .envp
+        .iter()
+        .map(|a| a.as_ptr())
+        .chain(std::iter::once(std::ptr::null()))
+        .collect();
+
+    let pid = unsafe { libc::fork() };
+    if pid < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    if pid == 0 {
+        // Supervisor. Never returns.
+        let keep = Keep {
+            stdin: stdio.stdin.as_ref().map(|f| f.as_raw_fd()),
+            stdout: stdio.stdout.as_ref().map(|f| f.as_raw_fd()),
+            stderr: stdio.stderr.as_ref().map(|f| f.as_raw_fd()),
+            lifeline: lifeline_read.as_raw_fd(),
+            status: status_write.as_raw_fd(),
+            landlock: spec.restrictions.as_ref().map(|r| r.landlock.as_raw_fd()),
+        };
+        unsafe { supervisor_main(&spec, &argv, &envp, keep) }
+    }
+    drop(lifeline_read);
+    drop(status_write);
+    drop(stdio);
+    let pidfd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
+    if pidfd < 0 {
+        let e = std::io::Error::last_os_error();
+        unsafe {
+            libc::kill(pid, libc::SIGKILL);
+            libc::waitpid(pid, std::ptr::null_mut(), 0);
+        }
+        return Err(e);
+    }
+    Ok(Supervised {
+        pid,
+        pidfd: unsafe { OwnedFd::from_raw_fd(pidfd as RawFd) },
+        lifeline: lifeline_write,
+        status: status_read,
+    })
+}
+
+/// The descriptors the supervisor keeps; everything else chitti had open is closed
+/// (another call's lifeline among them, which must not be held open by this one).
+struct Keep {
+    stdin: Option<RawFd>,
+    stdout: Option<RawFd>,
+    stderr: Option<RawFd>,
+    lifeline: RawFd,
+    status: RawFd,
+    landlock: Option<RawFd>,
+}
+
+const LIFELINE_FD: RawFd = 3;
+const STATUS_FD: RawFd = 4;
+const LANDLOCK_FD: RawFd = 5;
+
+unsafe fn supervisor_main(
+    spec: &LaunchSpec,
+    argv: &[*const libc::c_char],
+    envp: &[*const libc::c_char],
+    keep: Keep,
+) -> ! {
+    // Stdio first, then move the rest above the stdio range and down to fixed numbers.
+    let moved: Vec<RawFd> = [Some(keep.lifeline), Some(keep.status), keep.landlock]
+        .iter()
+        .map(|fd| fd.map_or(-1, |fd| libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, 100)))
+        .collect();
+    for (src, dst) in [(keep.stdin, 0), (keep.stdout, 1), (keep.stderr, 2)] {
+        if let Some(src) = src {
+            libc::dup2(src, dst);
+        }
+    }
+    for (src, dst) in moved.iter().zip([LIFELINE_FD, STATUS_FD, LANDLOCK_FD]) {
+        if *src >= 0 {
+            libc::dup3(*src, dst, libc::O_CLOEXEC);
+        }
+    }
+    libc::syscall(libc::SYS_close_range, 6u32, u32::MAX, 0u32);
+
+    // Terminal signals do not concern the supervisor: chitti decides, through the lifeline.
+    libc::setpgid(0, 0);
+    for sig in [
+        libc::SIGINT,
+        libc::SIGQUIT,
+        libc::SIGTERM,
+        libc::SIGHUP,
+        libc::SIGPIPE,
+        libc::SIGTSTP,
+    ] {
+        libc::signal(sig, libc::SIG_IGN);
+    }
+    libc::signal(libc::SIGCHLD, libc::SIG_DFL);
+    libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0);
+
+    let (step_read, step_write) = match pipe() {
+        Ok(p) => p,
+        Err(e) => finish(Report::SetupFailed {
+            step: "pipe".into(),
+            errno: e.raw_os_error().unwrap_or(libc::EIO),
+        }),
+    };
+    let child = libc::fork();
+    if child < 0 {
+        finish(Report::SetupFailed {
+            step: "fork".into(),
+            errno: last_error(),
+        });
+    }
+    if child == 0 {
+        drop(step_read);
+        let step = step_write.into_raw_fd();
+        command_main(spec, argv, envp, step);
+    }
+    drop(step_write);
+
+    // The step pipe closes on a successful exec (CLOEXEC); a failure writes to it first.
+    let mut buf = [0u8; 128];
+    let n = libc::read(step_read.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len());
+    drop(step_read);
+    if n > 4 {
+        let errno = i32::from_ne_bytes([buf[0], buf[1], buf[2], buf[3]]);
+        let step = String::from_utf8_lossy(&buf[4..n as usize]).into_owned();
+        libc::waitpid(child, std::ptr::null_mut(), 0);
+        kill_descendants();
+        finish(if step == "exec" {
+            Report::ExecFailed { errno }
+        } else {
+            Report::SetupFailed { step, errno }
+        });
+    }
+
+    let report = wait_or_lifeline(child);
+    kill_descendants();
+    finish(report)
+}
+
+/// The command: restrict, then exec. Never returns.
+unsafe fn command_main(
+    spec: &LaunchSpec,
+    argv: &[*const libc::c_char],
+    envp: &[*const libc::c_char],
+    step: RawFd,
+) -> ! {
+    let fail = |name: &[u8], errno: i32| -> ! {
+        let mut msg = [0u8; 64];
+        msg[..4].copy_from_slice(&errno.to_ne_bytes());
+        let len = name.len().min(60);
+        msg[4..4 + len].copy_from_slice(&name[..len]);
+        libc::write(step, msg.as_ptr().cast(), 4 + len);
+        libc::_exit(125);
+    };
+    // Back to default signal handling: SIG_IGN would survive exec.
+    for sig in 1..32 {
+        if sig != libc::SIGKILL && sig != libc::SIGSTOP {
+            libc::signal(sig, libc::SIG_DFL);
+        }
+    }
+    let mut empty: libc::sigset_t = std::mem::zeroed();
+    libc::sigemptyset(&mut empty);
+    libc::sigprocmask(libc::SIG_SETMASK, &empty, std::ptr::null_mut());
+    libc::close(LIFELINE_FD);
+    libc::close(STATUS_FD);
+
+    // A new session: no controlling terminal, so no TIOCSTI into the user's shell.
+    if libc::setsid() < 0 {
+        fail(b"setsid", last_error());
+    }
+    if let Err(e) = spec.rlimits.apply() {
+        fail(b"setrlimit", e.raw_os_error().unwrap_or(libc::EIO));
+    }
+    if libc::chdir(spec.cwd.as_ptr()) < 0 {
+        fail(b"chdir", last_error());
+    }
+    if let Some(r) = &spec.restrictions {
+        if let Err(e) = caps::drop_all(r.last_cap) {
+            fail(
+                b"dropping capabilities",
+                e.raw_os_error().unwrap_or(libc::EPERM),
+            );
+        }
+        if let Err(e) = caps::set_no_new_privs() {
+            fail(b"no_new_privs", e.raw_os_error().unwrap_or(libc::EPERM));
+        }
+        if libc::syscall(libc::SYS_landlock_restrict_self, LANDLOCK_FD, 0u32) < 0 {
+            fail(b"landlock_restrict_self", last_error());
+        }
+        libc::close(LANDLOCK_FD);
+        for filter in &r.seccomp {
+            if seccompiler::apply_filter(filter).is_err() {
+                fail(b"installing seccomp", last_error());
+            }
+        }
+    }
+    libc::execve(spec.program.as_ptr(), argv.as_ptr(), envp.as_ptr());
+    fail(b"exec", last_error())
+}
+
+/// Waits for the command or for the lifeline to close, whichever comes first.
+unsafe fn wait_or_lifeline(child: libc::pid_t) -> Report {
+    let pidfd = libc::syscall(libc::SYS_pidfd_open, child, 0) as RawFd;
+    loop {
+        let mut fds = [
+            libc::pollfd {
+                fd: pidfd,
+                events: libc::POLLIN,
+                revents: 0,
+            },
+            libc::pollfd {
+                fd: LIFELINE_FD,
+                events: libc::POLLIN,
+                revents: 0,
+            },
+        ];
+        // Without a pidfd (Linux < 5.3) poll the lifeline and check the child periodically.
+        let (nfds, timeout) = if pidfd >= 0 { (2, -1) } else { (1, 10) };
+        let start = if pidfd >= 0 { 0 } else { 1 };
+        let n = libc::poll(fds[start..].as_mut_ptr(), nfds as libc::nfds_t, timeout);
+        if n < 0 && last_error() != libc::EINTR {
+            return Report::SetupFailed {
+                step: "poll".into(),
+                errno: last_error(),
+            };
+        }
+        let mut status = 0;
+        let reaped = libc::waitpid(child, &mut status, libc::WNOHANG);
+        if reaped == child {
+            if libc::WIFEXITED(status) {
+                return Report::Exited {
+                    code: libc::WEXITSTATUS(status),
+                };
+            }
+            if libc::WIFSIGNALED(status) {
+                return Report::Signaled {
+                    signal: libc::WTERMSIG(status),
+                };
+            }
+        }
+        if fds[1].revents != 0 {
+            return Report::Killed;
+        }
+    }
+}
+
+/// Kills every process left under the supervisor. Orphans reparent to it (it is a
+/// subreaper), so repeating "kill every child, reap" until none remain reaches the whole
+/// tree, including `setsid`/double-forked daemons.
+unsafe fn kill_descendants() {
+    let mut path = *b"/proc/self/task/0000000000/children\0";
+    let tid = libc::getpid();
+    write_children_path(&mut path, tid);
+    let mut buf = [0u8; 4096];
+    for _ in 0..100_000 {
+        let fd = libc::open(path.as_ptr().cast(), libc::O_RDONLY | libc::O_CLOEXEC);
+        let n = if fd >= 0 {
+            let n = libc::read(fd, buf.as_mut_ptr().cast(), buf.len());
+            libc::close(fd);
+            n.max(0) as usize
+        } else {
+            0
+        };
+        let mut any = false;
+        for pid in buf[..n].split(|b| *b == b' ').filter_map(parse_pid) {
+            libc::kill(pid, libc::SIGKILL);
+            any = true;
+        }
+        let mut status = 0;
+        let flags = if any { 0 } else { libc::WNOHANG };
+        let reaped = libc::waitpid(-1, &mut status, flags | libc::__WALL);
+        if reaped < 0 && last_error() == libc::ECHILD {
+            return;
+        }
+        if reaped == 0 && !any {
+            // A child exists but is not listed yet: give it a moment to appear.
+            libc::usleep(1000);
+        }
+    }
+}
+
+fn write_children_path(path: &mut [u8; 36], pid: libc::pid_t) {
+    // "/proc/self/task/" is 16 bytes; the tid field is 10 bytes wide, then "/children".
+    let digits = pid.to_string();
+    let mut out = Vec::with_capacity(36);
+    out.extend_from_slice(b"/proc/self/task/");
+    out.extend_from_slice(digits.as_bytes());
+    out.extend_from_slice(b"/children\0");
+    path[..out.len()].copy_from_slice(&out);
+}
+
+fn parse_pid(field: &[u8]) -> Option<libc::pid_t> {
+    let s = std::str::from_utf8(field).ok()?.trim();
+    s.parse().ok().filter(|p: &libc::pid_t| *p > 0)
+}
+
+/// Writes the report to chitti and exits with the matching status.
+unsafe fn finish(report: Report) -> ! {
+    let code = match &report {
+        Report::Exited { code } => *code,
+        Report::Signaled { signal } => 128 + signal,
+        Report::Killed => 124,
+        Report::ExecFailed { errno } if *errno == libc::ENOENT => 127,
+        Report::ExecFailed { .. } => 126,
+        Report::SetupFailed { .. } => 125,
+    };
+    if let Ok(mut line) = serde_json::to_vec(&report) {
+        line.push(b'\n');
+        libc::write(STATUS_FD, line.as_ptr().cast(), line.len());
+    }
+    libc::_exit(code)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn children_path_is_well_formed() {
+        let mut p = *b"/proc/self/task/0000000000/children\0";
+        write_children_path(&mut p, 42);
+        let s = std::ffi::CStr::from_bytes_until_nul(&p).unwrap();
+        assert_eq!(s.to_str().unwrap(), "/proc/self/task/42/children");
+    }
+}
