@@ -148,8 +148,18 @@ impl Policy {
             credentials::expand_into(&path, &mut deny_candidates);
         }
         let mut deny_read = Vec::new();
+        let home = dirs.home.canonicalize().unwrap_or_else(|_| dirs.home.clone());
         for path in deny_candidates {
-            let resolved = canonical_or_lexical(&path);
+            // Most credential paths do not exist: one lstat, then a lexical path under the
+            // canonical home, instead of resolving every ancestor.
+            let exists = std::fs::symlink_metadata(&path).is_ok();
+            let resolved = if exists {
+                path.canonicalize().unwrap_or_else(|_| path.clone())
+            } else if let Ok(rest) = path.strip_prefix(&dirs.home) {
+                home.join(rest)
+            } else {
+                canonical_or_lexical(&path)
+            };
             // A writable root inside a credential location, or containing one, would make
             // it readable (and writable) on backends that cannot mask beneath a grant.
             for root in &writable {
@@ -163,7 +173,7 @@ impl Policy {
                     )));
                 }
             }
-            if resolved.exists() {
+            if exists {
                 push_unique(&mut deny_read, resolved);
             }
         }
