@@ -6,3 +6,4 @@ pub mod cli;
 pub mod exec;
 pub mod policy;
 pub mod sandbox;
+pub mod verify;

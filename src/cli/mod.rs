@@ -2,6 +2,7 @@
 
 mod doctor;
 mod sandbox_exec;
+mod sandbox_test;
 
 use std::path::PathBuf;
 
@@ -41,6 +42,15 @@ pub enum SandboxCommand {
     /// 126 not executable; 127 not found; 125 when the sandbox could not be set up or
     /// the input is bad (then nothing ran).
     Exec(ExecArgs),
+    /// Prove a profile on this machine: real probes, a verdict table, exit 0 only when
+    /// every promise holds.
+    Test {
+        #[command(flatten)]
+        sandbox: SandboxOpts,
+        /// Print one JSON object instead of the table.
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -93,6 +103,9 @@ pub fn run(cli: Cli) -> i32 {
     init_tracing();
     match cli.command {
         Command::Sandbox(SandboxCommand::Exec(args)) => sandbox_exec::run(args),
+        Command::Sandbox(SandboxCommand::Test { sandbox, json }) => {
+            sandbox_test::run(sandbox, json)
+        }
         Command::Doctor { json } => doctor::run(json),
     }
 }

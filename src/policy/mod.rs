@@ -148,7 +148,10 @@ impl Policy {
             credentials::expand_into(&path, &mut deny_candidates);
         }
         let mut deny_read = Vec::new();
-        let home = dirs.home.canonicalize().unwrap_or_else(|_| dirs.home.clone());
+        let home = dirs
+            .home
+            .canonicalize()
+            .unwrap_or_else(|_| dirs.home.clone());
         for path in deny_candidates {
             // Most credential paths do not exist: one lstat, then a lexical path under the
             // canonical home, instead of resolving every ancestor.

@@ -146,12 +146,9 @@ fn prepare_supervised(
             tmp = Some(dir);
         }
     }
-    let env = if sandboxed {
-        sandbox_env(policy, backend, tmp_path.as_deref())
-    } else {
-        // `none` runs the command as the caller would, environment included.
-        std::env::vars_os().collect()
-    };
+    // `none` enforces nothing, but the environment allow-list still applies: it costs
+    // nothing and keeps API keys out of commands the user did not mean to trust.
+    let env = sandbox_env(policy, backend, tmp_path.as_deref());
     let program = super::resolve_command(&command[0], &env, cwd)?;
 
     let restrictions = if sandboxed {
