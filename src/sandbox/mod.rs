@@ -4,7 +4,9 @@
 //! that the backend can enforce the policy here (refusing otherwise), and produces a
 //! [`Prepared`] launch that `exec` runs and supervises.
 
+pub mod bwrap_args;
 pub mod capabilities;
+pub mod landlock_rules;
 #[cfg(target_os = "linux")]
 pub mod linux;
 pub mod protect;

@@ -1,17 +1,13 @@
-//! Policy → Landlock ruleset.
-//!
-//! Landlock is an allow-list whose grants are inherited by everything beneath a granted
-//! directory, so "read everything except ~/.ssh" is built by granting the siblings of
-//! every denied path along its ancestry, instead of an ancestor itself. Ancestors only get
-//! directory listing. /dev is treated as an ancestor of everything in it, so only the
-//! listed harmless devices are granted. Writes are granted on the writable roots alone.
+//! Applies the planned rules (`sandbox::landlock_rules`) as a Landlock ruleset.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use landlock::{
     make_bitflags, Access, AccessFs, BitFlags, CompatLevel, Compatible, PathBeneath, PathFd,
     Ruleset, RulesetAttr, RulesetCreated, RulesetCreatedAttr, Scope, ABI,
 };
+
+use crate::sandbox::landlock_rules::{Grant, Rule};
 
 /// The ABI chitti is tested against. V6 is the first with signal and abstract-socket
 /// scoping; newer kernels are used at this level (their extra rights stay unhandled).
@@ -26,18 +22,6 @@ fn err(context: &str) -> impl FnOnce(landlock::RulesetError) -> LandlockError + 
     move |e| LandlockError(format!("{context}: {e}"))
 }
 
-/// The only device nodes granted: they reach nothing outside the process. Everything
-/// else in /dev (raw disks, /dev/mem, /dev/port, other terminals) stays unreadable, like
-/// bubblewrap's minimal /dev.
-const SAFE_DEVICES: &[&str] = &[
-    "/dev/null",
-    "/dev/zero",
-    "/dev/full",
-    "/dev/random",
-    "/dev/urandom",
-    "/dev/tty",
-];
-
 fn read_dir_access() -> BitFlags<AccessFs> {
     make_bitflags!(AccessFs::{ ReadFile | ReadDir | Execute })
 }
@@ -50,32 +34,9 @@ fn device_rw_access() -> BitFlags<AccessFs> {
     make_bitflags!(AccessFs::{ ReadFile | WriteFile | Truncate | IoctlDev })
 }
 
-/// What the ruleset is built from.
-pub struct RulesetSpec<'a> {
-    /// Directories with full access.
-    pub writable: &'a [PathBuf],
-    /// Canonical paths that must stay unreadable.
-    pub deny_read: &'a [PathBuf],
-    /// Terminal devices the command was handed as stdio; it may keep using them.
-    pub terminals: &'a [PathBuf],
-}
-
-/// Builds (but does not enforce) the ruleset. Enforcement happens in the child between
-/// fork and exec with [`RulesetCreated::restrict_self`].
-pub fn build(spec: &RulesetSpec) -> Result<RulesetCreated, LandlockError> {
-    let deny = spec.deny_read;
-    // /dev is never granted as a whole: only SAFE_DEVICES below.
-    let mut ancestors: Vec<PathBuf> = vec![PathBuf::from("/"), PathBuf::from("/dev")];
-    for path in deny {
-        let mut cur = path.parent();
-        while let Some(dir) = cur {
-            if !ancestors.iter().any(|a| a == dir) {
-                ancestors.push(dir.to_path_buf());
-            }
-            cur = dir.parent();
-        }
-    }
-
+/// Builds (but does not enforce) the ruleset. Enforcement happens in the command
+/// between fork and exec (`landlock_restrict_self` on the ruleset's descriptor).
+pub fn build(rules: &[Rule]) -> Result<RulesetCreated, LandlockError> {
     let mut ruleset = Ruleset::default()
         .set_compatibility(CompatLevel::HardRequirement)
         .handle_access(AccessFs::from_all(PINNED_ABI))
@@ -84,47 +45,15 @@ pub fn build(spec: &RulesetSpec) -> Result<RulesetCreated, LandlockError> {
         .map_err(err("scoping signals and abstract sockets"))?
         .create()
         .map_err(err("creating the ruleset"))?;
-
-    for dir in &ancestors {
-        ruleset = add(ruleset, dir, true, AccessFs::ReadDir.into())?;
-        if dir == Path::new("/dev") {
-            continue;
-        }
-        let Ok(entries) = std::fs::read_dir(dir) else {
-            continue;
+    for rule in rules {
+        let (is_dir, access) = match rule.grant {
+            Grant::List => (true, AccessFs::ReadDir.into()),
+            Grant::ReadTree => (true, read_dir_access()),
+            Grant::ReadFile => (false, read_file_access()),
+            Grant::Device => (false, device_rw_access()),
+            Grant::Write => (true, AccessFs::from_all(PINNED_ABI)),
         };
-        for entry in entries.flatten() {
-            let child = entry.path();
-            if ancestors.contains(&child) || deny.contains(&child) {
-                continue;
-            }
-            let Ok(file_type) = entry.file_type() else {
-                continue;
-            };
-            // A symlink is followed when used and then checked at its target; granting
-            // the link's target here could re-open a denied path.
-            if file_type.is_symlink() {
-                continue;
-            }
-            let is_dir = file_type.is_dir();
-            let access = if is_dir {
-                read_dir_access()
-            } else {
-                read_file_access()
-            };
-            ruleset = add(ruleset, &child, is_dir, access)?;
-        }
-    }
-    for dev in SAFE_DEVICES {
-        if Path::new(dev).exists() {
-            ruleset = add(ruleset, Path::new(dev), false, device_rw_access())?;
-        }
-    }
-    for tty in spec.terminals {
-        ruleset = add(ruleset, tty, false, device_rw_access())?;
-    }
-    for root in spec.writable {
-        ruleset = add(ruleset, root, true, AccessFs::from_all(PINNED_ABI))?;
+        ruleset = add(ruleset, &rule.path, is_dir, access)?;
     }
     Ok(ruleset)
 }

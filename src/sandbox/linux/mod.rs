@@ -1,6 +1,5 @@
 //! The Linux backends: bubblewrap, and Landlock + seccomp under chitti's supervisor.
 
-pub mod bwrap;
 pub mod caps;
 pub mod landlock;
 pub mod seccomp;
@@ -13,7 +12,8 @@ use std::path::{Path, PathBuf};
 
 use nix::fcntl::OFlag;
 
-use super::{protect, Backend, Capabilities, Launch, Prepared, SandboxError};
+use super::bwrap_args as bwrap;
+use super::{landlock_rules, protect, Backend, Capabilities, Launch, Prepared, SandboxError};
 use crate::policy::Policy;
 use crate::sandbox::rlimits::Rlimits;
 
@@ -155,12 +155,13 @@ fn prepare_supervised(
         let mut writable = policy.writable.clone();
         writable.extend(tmp_path.clone());
         let terminals = stdio_terminals();
-        let ruleset = landlock::build(&landlock::RulesetSpec {
+        let rules = landlock_rules::plan(&landlock_rules::Spec {
             writable: &writable,
             deny_read: &policy.deny_read,
             terminals: &terminals,
-        })
-        .map_err(|e| SandboxError::Unavailable(e.to_string()))?;
+        });
+        let ruleset =
+            landlock::build(&rules).map_err(|e| SandboxError::Unavailable(e.to_string()))?;
         let fd: Option<OwnedFd> = ruleset.into();
         Some(supervisor::Restrictions {
             landlock: fd.ok_or_else(|| {

@@ -1,0 +1,184 @@
+//! Policy → the list of Landlock rules (pure planning; `linux::landlock` applies them).
+//!
+//! Landlock is an allow-list whose grants are inherited by everything beneath a granted
+//! directory, so "read everything except ~/.ssh" is built by granting the siblings of
+//! every denied path along its ancestry, instead of an ancestor itself. Ancestors only get
+//! directory listing. /dev is treated as an ancestor of everything in it, so that only
+//! the listed harmless devices are granted. Writes are granted on the writable roots.
+
+use std::path::{Path, PathBuf};
+
+/// The only device nodes granted: they reach nothing outside the process. Everything
+/// else in /dev (raw disks, /dev/mem, /dev/port, other terminals) stays unreadable, like
+/// bubblewrap's minimal /dev.
+pub const SAFE_DEVICES: &[&str] = &[
+    "/dev/null",
+    "/dev/zero",
+    "/dev/full",
+    "/dev/random",
+    "/dev/urandom",
+    "/dev/tty",
+];
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Grant {
+    /// List the directory (inherited beneath it: names, not contents).
+    List,
+    /// Read and execute everything beneath a directory.
+    ReadTree,
+    /// Read and execute one file.
+    ReadFile,
+    /// Read, write and ioctl one device.
+    Device,
+    /// Everything beneath a writable root.
+    Write,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Rule {
+    pub path: PathBuf,
+    pub grant: Grant,
+}
+
+pub struct Spec<'a> {
+    /// Directories with full access.
+    pub writable: &'a [PathBuf],
+    /// Canonical paths that must stay unreadable.
+    pub deny_read: &'a [PathBuf],
+    /// Terminals handed to the command as stdio, which it may keep using.
+    pub terminals: &'a [PathBuf],
+}
+
+/// Plans the rules, listing only the ancestors of denied paths (a few directories).
+pub fn plan(spec: &Spec) -> Vec<Rule> {
+    let mut ancestors: Vec<PathBuf> = vec![PathBuf::from("/"), PathBuf::from("/dev")];
+    for path in spec.deny_read {
+        let mut cur = path.parent();
+        while let Some(dir) = cur {
+            if !ancestors.iter().any(|a| a == dir) {
+                ancestors.push(dir.to_path_buf());
+            }
+            cur = dir.parent();
+        }
+    }
+    let mut rules = Vec::new();
+    let mut push = |path: PathBuf, grant| rules.push(Rule { path, grant });
+    for dir in &ancestors {
+        push(dir.clone(), Grant::List);
+        if dir == Path::new("/dev") {
+            continue;
+        }
+        let Ok(entries) = std::fs::read_dir(dir) else {
+            continue;
+        };
+        for entry in entries.flatten() {
+            let child = entry.path();
+            if ancestors.contains(&child) || spec.deny_read.contains(&child) {
+                continue;
+            }
+            let Ok(file_type) = entry.file_type() else {
+                continue;
+            };
+            // A symlink is followed when used and checked at its target; granting the
+            // target here could re-open a denied path.
+            if file_type.is_symlink() {
+                continue;
+            }
+            push(
+                child,
+                if file_type.is_dir() {
+                    Grant::ReadTree
+                } else {
+                    Grant::ReadFile
+                },
+            );
+        }
+    }
+    for dev in SAFE_DEVICES {
+        if Path::new(dev).exists() {
+            push(PathBuf::from(dev), Grant::Device);
+        }
+    }
+    for tty in spec.terminals {
+        push(tty.clone(), Grant::Device);
+    }
+    for root in spec.writable {
+        push(root.clone(), Grant::Write);
+    }
+    rules
+}
+
+pub fn describe(rules: &[Rule]) -> String {
+    let mut out = String::new();
+    for r in rules {
+        let what = match r.grant {
+            Grant::List => "list",
+            Grant::ReadTree => "read+exec (tree)",
+            Grant::ReadFile => "read+exec",
+            Grant::Device => "read+write+ioctl (device)",
+            Grant::Write => "all access (tree)",
+        };
+        out.push_str(&format!("  {:<26} {}\n", what, r.path.display()));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn denied_paths_are_never_granted_and_their_siblings_are() {
+        let home = tempfile::tempdir().unwrap();
+        let home = home.path().canonicalize().unwrap();
+        for d in [".ssh", ".config/gh", ".config/other", "proj", "docs"] {
+            std::fs::create_dir_all(home.join(d)).unwrap();
+        }
+        std::fs::write(home.join(".netrc"), "x").unwrap();
+        std::fs::write(home.join("notes"), "x").unwrap();
+        std::os::unix::fs::symlink(home.join(".ssh"), home.join("link-to-ssh")).unwrap();
+        let deny = vec![
+            home.join(".ssh"),
+            home.join(".config/gh"),
+            home.join(".netrc"),
+        ];
+        let writable = vec![home.join("proj")];
+        let rules = plan(&Spec {
+            writable: &writable,
+            deny_read: &deny,
+            terminals: &[],
+        });
+        let granted = |p: &Path| {
+            rules
+                .iter()
+                .filter(|r| r.grant != Grant::List)
+                .any(|r| p.starts_with(&r.path))
+        };
+        for d in &deny {
+            assert!(!granted(d), "{} is granted", d.display());
+        }
+        assert!(
+            !granted(&home.join("link-to-ssh")),
+            "symlinks are not granted"
+        );
+        assert!(granted(&home.join("docs/a")));
+        assert!(granted(&home.join("notes")));
+        assert!(granted(&home.join(".config/other/x")));
+        assert!(rules.contains(&Rule {
+            path: home.join("proj"),
+            grant: Grant::Write
+        }));
+        // Only harmless devices are granted under /dev.
+        for r in rules
+            .iter()
+            .filter(|r| r.path.starts_with("/dev") && r.grant != Grant::List)
+        {
+            assert!(
+                SAFE_DEVICES.iter().any(|d| Path::new(d) == r.path),
+                "{} granted",
+                r.path.display()
+            );
+        }
+        assert!(!granted(Path::new("/dev/mem")));
+    }
+}
