@@ -136,8 +136,8 @@ pub async fn run(
     let Prepared {
         backend,
         launch,
-        snapshot,
-        tmp,
+        after,
+        temp_dirs,
     } = prepared;
     let capture_max = match output {
         Output::Stream => None,
@@ -250,8 +250,8 @@ pub async fn run(
         None => (Captured::default(), Vec::new()),
     };
     // Every sandboxed process is gone now, so nothing can race the repairs.
-    let repairs = snapshot.map(|s| s.restore()).unwrap_or_default();
-    drop(tmp);
+    let repairs = after.map(|f| f()).unwrap_or_default();
+    drop(temp_dirs);
 
     let mut outcome = Outcome {
         exit_code: 0,

@@ -7,8 +7,10 @@
 pub mod bwrap_args;
 pub mod capabilities;
 pub mod landlock_rules;
+pub mod seatbelt;
 #[cfg(target_os = "linux")]
 pub mod linux;
+#[cfg(target_os = "linux")]
 pub mod protect;
 pub mod rlimits;
 
@@ -191,10 +193,42 @@ pub enum Launch {
 pub struct Prepared {
     pub backend: Backend,
     pub launch: Launch,
-    /// Guard for protected paths where the backend cannot mount them read-only.
-    pub snapshot: Option<protect::Snapshot>,
-    /// The private temporary directory, removed when dropped.
-    pub tmp: Option<tempfile::TempDir>,
+    /// Runs once every sandboxed process is gone (restoring protected paths on backends
+    /// that cannot mount them read-only); returns what it had to repair.
+    pub after: Option<AfterCall>,
+    /// Temporary directories (the private TMPDIR, a Seatbelt profile), removed on drop.
+    pub temp_dirs: Vec<tempfile::TempDir>,
+}
+
+pub type AfterCall = Box<dyn FnOnce() -> Vec<String> + Send>;
+
+/// The environment of the sandboxed command: the policy's allow-list, the private
+/// TMPDIR, and a marker telling scripts which sandbox they run in.
+pub fn sandbox_env(
+    policy: &Policy,
+    backend: Backend,
+    tmpdir: Option<&Path>,
+) -> Vec<(OsString, OsString)> {
+    let mut env = policy.env.clone();
+    if let Some(tmp) = tmpdir {
+        env.push(("TMPDIR".into(), tmp.into()));
+    }
+    env.push(("CHITTI_SANDBOX".into(), backend.name().into()));
+    env
+}
+
+/// A fresh private directory on the host (the sandbox's TMPDIR, or a place for a
+/// profile file), and its canonical path.
+pub fn private_dir(prefix: &str) -> Result<(tempfile::TempDir, PathBuf), SandboxError> {
+    let dir = tempfile::Builder::new()
+        .prefix(prefix)
+        .tempdir()
+        .map_err(|e| SandboxError::Unavailable(format!("cannot create a private directory: {e}")))?;
+    let path = dir
+        .path()
+        .canonicalize()
+        .map_err(|e| SandboxError::Unavailable(format!("cannot resolve a private directory: {e}")))?;
+    Ok((dir, path))
 }
 
 /// Resolves the command the way the sandbox will, so that "not found" and "not

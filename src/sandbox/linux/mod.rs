@@ -13,26 +13,16 @@ use std::path::{Path, PathBuf};
 use nix::fcntl::OFlag;
 
 use super::bwrap_args as bwrap;
-use super::{landlock_rules, protect, Backend, Capabilities, Launch, Prepared, SandboxError};
+use super::{
+    landlock_rules, private_dir, protect, sandbox_env, Backend, Capabilities, Launch, Prepared,
+    SandboxError,
+};
 use crate::policy::Policy;
 use crate::sandbox::rlimits::Rlimits;
 
 fn pipe() -> Result<(OwnedFd, OwnedFd), SandboxError> {
     nix::unistd::pipe2(OFlag::O_CLOEXEC)
         .map_err(|e| SandboxError::Unavailable(format!("cannot create a pipe: {e}")))
-}
-
-fn sandbox_env(
-    policy: &Policy,
-    backend: Backend,
-    tmpdir: Option<&Path>,
-) -> Vec<(OsString, OsString)> {
-    let mut env = policy.env.clone();
-    if let Some(tmp) = tmpdir {
-        env.push(("TMPDIR".into(), tmp.into()));
-    }
-    env.push(("CHITTI_SANDBOX".into(), backend.name().into()));
-    env
 }
 
 pub fn prepare(
@@ -102,8 +92,8 @@ fn prepare_bwrap(
             pass_fds,
             rlimits: Rlimits::from(&policy.limits),
         },
-        snapshot: None,
-        tmp: None,
+        after: None,
+        temp_dirs: Vec::new(),
     })
 }
 
@@ -121,29 +111,21 @@ fn prepare_supervised(
     cwd: &Path,
 ) -> Result<Prepared, SandboxError> {
     let sandboxed = backend == Backend::Landlock;
-    let unavailable = |what: &str, e: String| SandboxError::Unavailable(format!("{what}: {e}"));
-    let mut snapshot = None;
-    let mut tmp = None;
+    let mut after: Option<super::AfterCall> = None;
+    let mut temp_dirs = Vec::new();
     let mut tmp_path: Option<PathBuf> = None;
     if sandboxed {
         if let Some(why) = Capabilities::get().landlock_blocker() {
             return Err(SandboxError::Unavailable(why));
         }
         super::create_missing_hooks(policy)?;
-        snapshot = Some(
-            protect::Snapshot::take(&policy.pinned, &policy.read_only)
-                .map_err(SandboxError::Unavailable)?,
-        );
+        let snapshot = protect::Snapshot::take(&policy.pinned, &policy.read_only)
+            .map_err(SandboxError::Unavailable)?;
+        after = Some(Box::new(move || snapshot.restore()));
         if policy.private_tmp {
-            let dir = tempfile::Builder::new()
-                .prefix("chitti-tmp-")
-                .tempdir()
-                .map_err(|e| unavailable("cannot create a private TMPDIR", e.to_string()))?;
-            tmp_path =
-                Some(dir.path().canonicalize().map_err(|e| {
-                    unavailable("cannot resolve the private TMPDIR", e.to_string())
-                })?);
-            tmp = Some(dir);
+            let (dir, path) = private_dir("chitti-tmp-")?;
+            temp_dirs.push(dir);
+            tmp_path = Some(path);
         }
     }
     // `none` enforces nothing, but the environment allow-list still applies: it costs
@@ -184,8 +166,8 @@ fn prepare_supervised(
     Ok(Prepared {
         backend,
         launch: Launch::Supervised(spec),
-        snapshot,
-        tmp,
+        after,
+        temp_dirs,
     })
 }
 
