@@ -4,7 +4,6 @@
 pub mod capture;
 
 use std::future::Future;
-use std::io::Read;
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::process::ExitStatusExt;
 use std::process::Stdio;
@@ -71,8 +70,24 @@ struct Pipes {
 }
 
 fn pipe() -> Result<(OwnedFd, OwnedFd), SandboxError> {
-    nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)
-        .map_err(|e| SandboxError::Unavailable(format!("cannot create a pipe: {e}")))
+    let fail = |e: nix::Error| SandboxError::Unavailable(format!("cannot create a pipe: {e}"));
+    #[cfg(target_os = "linux")]
+    {
+        nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).map_err(fail)
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        // No pipe2 on macOS: set close-on-exec right after creation.
+        let (r, w) = nix::unistd::pipe().map_err(fail)?;
+        for fd in [&r, &w] {
+            nix::fcntl::fcntl(
+                fd,
+                nix::fcntl::FcntlArg::F_SETFD(nix::fcntl::FdFlag::FD_CLOEXEC),
+            )
+            .map_err(fail)?;
+        }
+        Ok((r, w))
+    }
 }
 
 impl Pipes {
@@ -308,6 +323,7 @@ fn apply_report(
     backend: Backend,
 ) -> Result<(), SandboxError> {
     use crate::sandbox::linux::supervisor::Report;
+    use std::io::Read;
     let mut text = String::new();
     let _ = std::fs::File::from(status).read_to_string(&mut text);
     let report: Option<Report> = text

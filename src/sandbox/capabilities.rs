@@ -78,14 +78,17 @@ impl Capabilities {
                 )
                 .map(|v| v != 0),
             },
-            landlock_abi: crate::sandbox::linux::landlock::kernel_abi(),
+            landlock_abi: landlock_abi(),
             seccomp: seccomp_available(),
-            seccomp_arch_supported: crate::sandbox::linux::seccomp::arch_supported(),
+            seccomp_arch_supported: seccomp_arch_supported(),
         }
     }
 
     /// Why bwrap cannot work here, judged from static facts, with the fix.
     pub fn bwrap_static_blocker(&self) -> Option<String> {
+        if self.os != "linux" {
+            return Some("bubblewrap is a Linux tool".into());
+        }
         let Some(bwrap) = &self.bwrap else {
             return Some(
                 "bubblewrap is not installed: install it (`sudo apt-get install bubblewrap`, \
@@ -127,6 +130,9 @@ impl Capabilities {
     }
 
     pub fn seccomp_blocker(&self) -> Option<String> {
+        if self.os != "linux" {
+            return Some("seccomp is a Linux feature".into());
+        }
         if !self.seccomp_arch_supported {
             return Some(format!(
                 "chitti has no seccomp filter for the {} architecture",
@@ -142,15 +148,66 @@ impl Capabilities {
     }
 
     pub fn landlock_blocker(&self) -> Option<String> {
+        if self.os != "linux" {
+            return Some("Landlock is a Linux feature".into());
+        }
         if let Some(why) = self.seccomp_blocker() {
             return Some(why);
         }
-        crate::sandbox::linux::landlock::blocker()
+        landlock_blocker()
+    }
+
+    pub fn seatbelt_blocker(&self) -> Option<String> {
+        if self.os != "macos" {
+            return Some("Seatbelt (sandbox-exec) exists only on macOS".into());
+        }
+        if !Path::new(crate::sandbox::seatbelt::SANDBOX_EXEC).exists() {
+            return Some(format!(
+                "{} is missing",
+                crate::sandbox::seatbelt::SANDBOX_EXEC
+            ));
+        }
+        None
     }
 }
 
-/// `prctl(PR_GET_SECCOMP)` fails with EINVAL when the kernel has no seccomp at all;
+#[cfg(target_os = "linux")]
+fn landlock_abi() -> Result<i32, String> {
+    crate::sandbox::linux::landlock::kernel_abi()
+}
+
+#[cfg(not(target_os = "linux"))]
+fn landlock_abi() -> Result<i32, String> {
+    Err("Landlock is a Linux feature".into())
+}
+
+#[cfg(target_os = "linux")]
+fn landlock_blocker() -> Option<String> {
+    crate::sandbox::linux::landlock::blocker()
+}
+
+#[cfg(not(target_os = "linux"))]
+fn landlock_blocker() -> Option<String> {
+    Some("Landlock is a Linux feature".into())
+}
+
+#[cfg(target_os = "linux")]
+fn seccomp_arch_supported() -> bool {
+    crate::sandbox::linux::seccomp::arch_supported()
+}
+
+#[cfg(not(target_os = "linux"))]
+fn seccomp_arch_supported() -> bool {
+    false
+}
+
 /// `seccomp(SECCOMP_GET_ACTION_AVAIL)` tells whether filters are supported.
+#[cfg(not(target_os = "linux"))]
+fn seccomp_available() -> bool {
+    false
+}
+
+#[cfg(target_os = "linux")]
 fn seccomp_available() -> bool {
     const SECCOMP_GET_ACTION_AVAIL: libc::c_uint = 2;
     let action: u32 = libc::SECCOMP_RET_ERRNO;

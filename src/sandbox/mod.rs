@@ -7,12 +7,14 @@
 pub mod bwrap_args;
 pub mod capabilities;
 pub mod landlock_rules;
-pub mod seatbelt;
 #[cfg(target_os = "linux")]
 pub mod linux;
+#[cfg(target_os = "macos")]
+pub mod macos;
 #[cfg(target_os = "linux")]
 pub mod protect;
 pub mod rlimits;
+pub mod seatbelt;
 
 use std::ffi::OsString;
 use std::os::fd::OwnedFd;
@@ -31,6 +33,7 @@ pub enum BackendChoice {
     Auto,
     Bwrap,
     Landlock,
+    Seatbelt,
     None,
 }
 
@@ -39,6 +42,7 @@ pub enum BackendChoice {
 pub enum Backend {
     Bwrap,
     Landlock,
+    Seatbelt,
     /// Explicitly unsandboxed: supervised (timeout, tree kill), nothing enforced.
     None,
 }
@@ -48,6 +52,7 @@ impl Backend {
         match self {
             Backend::Bwrap => "bwrap",
             Backend::Landlock => "landlock",
+            Backend::Seatbelt => "seatbelt",
             Backend::None => "none",
         }
     }
@@ -90,52 +95,46 @@ pub fn select(
     caps: &Capabilities,
     state_dir: &Path,
 ) -> Result<Selection, SandboxError> {
-    let bwrap = || bwrap_usable(caps, state_dir);
-    let landlock = || match caps.landlock_blocker() {
-        Some(why) => Err(why),
-        None => Ok(()),
+    let chosen = |backend, reason: &str| Selection {
+        backend,
+        reason: reason.to_string(),
     };
+    let refuse =
+        |flag: &str, why: String| SandboxError::Unavailable(format!("--backend {flag}: {why}"));
     match choice {
-        BackendChoice::None => Ok(Selection {
-            backend: Backend::None,
-            reason: "explicitly requested: NOTHING is enforced".into(),
-        }),
-        BackendChoice::Bwrap => bwrap()
-            .map(|()| Selection {
-                backend: Backend::Bwrap,
-                reason: "requested with --backend bwrap".into(),
-            })
-            .map_err(|why| SandboxError::Unavailable(format!("--backend bwrap: {why}"))),
-        BackendChoice::Landlock => landlock()
-            .map(|()| Selection {
-                backend: Backend::Landlock,
-                reason: "requested with --backend landlock".into(),
-            })
-            .map_err(|why| SandboxError::Unavailable(format!("--backend landlock: {why}"))),
+        BackendChoice::None => Ok(chosen(Backend::None, "explicitly requested: NOTHING is enforced")),
+        BackendChoice::Bwrap => bwrap_usable(caps, state_dir)
+            .map(|()| chosen(Backend::Bwrap, "requested with --backend bwrap"))
+            .map_err(|why| refuse("bwrap", why)),
+        BackendChoice::Landlock => match caps.landlock_blocker() {
+            None => Ok(chosen(Backend::Landlock, "requested with --backend landlock")),
+            Some(why) => Err(refuse("landlock", why)),
+        },
+        BackendChoice::Seatbelt => match caps.seatbelt_blocker() {
+            None => Ok(chosen(Backend::Seatbelt, "requested with --backend seatbelt")),
+            Some(why) => Err(refuse("seatbelt", why)),
+        },
+        BackendChoice::Auto if caps.os == "macos" => match caps.seatbelt_blocker() {
+            None => Ok(chosen(Backend::Seatbelt, "macOS: sandbox-exec with a generated Seatbelt profile")),
+            Some(why) => Err(SandboxError::Unavailable(format!(
+                "no sandbox backend can enforce the policy on this machine: {why}"
+            ))),
+        },
+        BackendChoice::Auto if caps.os != "linux" => Err(SandboxError::Unavailable(format!(
+            "no sandbox backend for {}: chitti supports Linux (bwrap, landlock) and macOS (seatbelt)",
+            caps.os
+        ))),
         BackendChoice::Auto => {
-            if !cfg!(target_os = "linux") {
-                return Err(SandboxError::Unavailable(format!(
-                    "no sandbox backend for {} yet",
-                    caps.os
-                )));
-            }
-            let bwrap_why = match bwrap() {
-                Ok(()) => {
-                    return Ok(Selection {
-                        backend: Backend::Bwrap,
-                        reason: "bubblewrap is installed and can create namespaces".into(),
-                    })
-                }
+            let bwrap_why = match bwrap_usable(caps, state_dir) {
+                Ok(()) => return Ok(chosen(Backend::Bwrap, "bubblewrap is installed and can create namespaces")),
                 Err(why) => why,
             };
-            match landlock() {
-                Ok(()) => Ok(Selection {
+            match caps.landlock_blocker() {
+                None => Ok(Selection {
                     backend: Backend::Landlock,
-                    reason: format!(
-                        "bwrap unusable ({bwrap_why}); Landlock and seccomp are available"
-                    ),
+                    reason: format!("bwrap unusable ({bwrap_why}); Landlock and seccomp are available"),
                 }),
-                Err(landlock_why) => Err(SandboxError::Unavailable(format!(
+                Some(landlock_why) => Err(SandboxError::Unavailable(format!(
                     "no sandbox backend can enforce the policy on this machine:\n  \
                      bwrap: {bwrap_why}\n  landlock: {landlock_why}\n\
                      Fix one of these (see `chitti doctor`). chitti never runs commands \
@@ -223,11 +222,12 @@ pub fn private_dir(prefix: &str) -> Result<(tempfile::TempDir, PathBuf), Sandbox
     let dir = tempfile::Builder::new()
         .prefix(prefix)
         .tempdir()
-        .map_err(|e| SandboxError::Unavailable(format!("cannot create a private directory: {e}")))?;
-    let path = dir
-        .path()
-        .canonicalize()
-        .map_err(|e| SandboxError::Unavailable(format!("cannot resolve a private directory: {e}")))?;
+        .map_err(|e| {
+            SandboxError::Unavailable(format!("cannot create a private directory: {e}"))
+        })?;
+    let path = dir.path().canonicalize().map_err(|e| {
+        SandboxError::Unavailable(format!("cannot resolve a private directory: {e}"))
+    })?;
     Ok((dir, path))
 }
 
@@ -272,18 +272,49 @@ pub fn prepare(
             "no command given: pass one after `--`, e.g. `chitti sandbox exec -- ls`".into(),
         ));
     }
-    #[cfg(target_os = "linux")]
-    {
-        linux::prepare(backend, policy, command, cwd)
+    match backend {
+        #[cfg(target_os = "linux")]
+        Backend::Bwrap | Backend::Landlock | Backend::None => {
+            linux::prepare(backend, policy, command, cwd)
+        }
+        #[cfg(target_os = "macos")]
+        Backend::Seatbelt => macos::prepare(policy, command, cwd),
+        #[cfg(not(target_os = "linux"))]
+        Backend::None => unsandboxed(policy, command, cwd),
+        #[allow(unreachable_patterns)]
+        _ => {
+            let _ = (policy, cwd);
+            Err(SandboxError::Unavailable(format!(
+                "the {} backend does not exist on {}",
+                backend.name(),
+                std::env::consts::OS
+            )))
+        }
     }
-    #[cfg(not(target_os = "linux"))]
-    {
-        let _ = (backend, policy, cwd);
-        Err(SandboxError::Unavailable(format!(
-            "no sandbox backend for {} yet",
-            std::env::consts::OS
-        )))
-    }
+}
+
+/// `--backend none` where there is no supervisor: the command itself, nothing enforced.
+#[cfg(not(target_os = "linux"))]
+fn unsandboxed(
+    policy: &Policy,
+    command: &[OsString],
+    cwd: &Path,
+) -> Result<Prepared, SandboxError> {
+    let env = sandbox_env(policy, Backend::None, None);
+    let program = resolve_command(&command[0], &env, cwd)?;
+    Ok(Prepared {
+        backend: Backend::None,
+        launch: Launch::Command {
+            program,
+            args: command[1..].to_vec(),
+            env,
+            cwd: cwd.to_path_buf(),
+            pass_fds: Vec::new(),
+            rlimits: Rlimits::default(),
+        },
+        after: None,
+        temp_dirs: Vec::new(),
+    })
 }
 
 /// Creates missing `hooks` directories of protected repositories, so that they can be

@@ -35,7 +35,10 @@ pub fn generate(policy: &Policy, tmpdir: Option<&Path>) -> Generated {
     text.push_str("\n; Reads: everything except credential locations and raw disks.\n");
     let mut read_excl = vec!["(require-not (regex #\"^/dev/r?disk\"))".to_string()];
     for (i, path) in policy.deny_read.iter().enumerate() {
-        read_excl.push(format!("(require-not (subpath {}))", param(format!("DENY_READ_{i}"), path)));
+        read_excl.push(format!(
+            "(require-not (subpath {}))",
+            param(format!("DENY_READ_{i}"), path)
+        ));
     }
     text.push_str(&format!(
         "(allow file-read*\n  (require-all\n    (subpath \"/\")\n    {}))\n",
@@ -46,14 +49,24 @@ pub fn generate(policy: &Policy, tmpdir: Option<&Path>) -> Generated {
     for (i, root) in policy.writable.iter().enumerate() {
         let root_ref = param(format!("WRITABLE_ROOT_{i}"), root);
         let mut excl = Vec::new();
-        for (j, ro) in policy.read_only.iter().filter(|p| p.starts_with(root)).enumerate() {
+        for (j, ro) in policy
+            .read_only
+            .iter()
+            .filter(|p| p.starts_with(root))
+            .enumerate()
+        {
             excl.push(format!(
                 "(require-not (subpath {}))",
                 param(format!("WRITABLE_ROOT_{i}_READ_ONLY_{j}"), ro)
             ));
         }
         // The protected directory itself may not be renamed or replaced.
-        for (j, pin) in policy.pinned.iter().filter(|p| p.starts_with(root)).enumerate() {
+        for (j, pin) in policy
+            .pinned
+            .iter()
+            .filter(|p| p.starts_with(root))
+            .enumerate()
+        {
             excl.push(format!(
                 "(require-not (literal {}))",
                 param(format!("WRITABLE_ROOT_{i}_PINNED_{j}"), pin)
@@ -83,9 +96,14 @@ pub fn generate(policy: &Policy, tmpdir: Option<&Path>) -> Generated {
              (allow mach-lookup\n  (global-name \"com.apple.dnssd.service\")\n  (global-name \"com.apple.mDNSResponder\")\n  (global-name \"com.apple.trustd.agent\"))\n",
         );
     } else {
-        text.push_str("\n; Network off: no network rule, so (deny default) refuses every socket operation.\n");
+        text.push_str(
+            "\n; Network off: no network rule, so (deny default) refuses every socket operation.\n",
+        );
     }
-    Generated { profile: text, params }
+    Generated {
+        profile: text,
+        params,
+    }
 }
 
 /// `sandbox-exec` arguments: the profile file, the parameters, then the command.
@@ -114,7 +132,10 @@ mod tests {
             private_tmp: true,
             deny_read: vec!["/Users/me/.ssh".into(), "/Users/me/.netrc".into()],
             pinned: vec![format!("{ws}/.git").into()],
-            read_only: vec![format!("{ws}/.git/hooks").into(), format!("{ws}/.git/config").into()],
+            read_only: vec![
+                format!("{ws}/.git/hooks").into(),
+                format!("{ws}/.git/config").into(),
+            ],
             network,
             env: vec![],
             limits: Limits {
@@ -132,13 +153,20 @@ mod tests {
 
     #[test]
     fn golden_workspace_write() {
-        let g = generate(&policy("/Users/me/proj", false), Some(Path::new("/private/var/folders/x/T/chitti-1")));
+        let g = generate(
+            &policy("/Users/me/proj", false),
+            Some(Path::new("/private/var/folders/x/T/chitti-1")),
+        );
         let path = Path::new(env!("CARGO_MANIFEST_DIR")).join(GOLDEN);
         if std::env::var_os("UPDATE_GOLDEN").is_some() {
             std::fs::write(&path, &g.profile).unwrap();
         }
-        let golden = std::fs::read_to_string(&path).expect("golden file (UPDATE_GOLDEN=1 to create)");
-        assert_eq!(g.profile, golden, "regenerate with UPDATE_GOLDEN=1 cargo test and review the diff");
+        let golden =
+            std::fs::read_to_string(&path).expect("golden file (UPDATE_GOLDEN=1 to create)");
+        assert_eq!(
+            g.profile, golden,
+            "regenerate with UPDATE_GOLDEN=1 cargo test and review the diff"
+        );
         let names: Vec<&str> = g.params.iter().map(|(n, _)| n.as_str()).collect();
         assert_eq!(
             names,
@@ -160,13 +188,20 @@ mod tests {
         let g = generate(&policy(hostile, false), None);
         assert!(!g.profile.contains(hostile));
         assert!(!g.profile.contains("(allow default)"));
-        assert!(!g.profile.contains("/Users/me"), "no path is interpolated into the text");
+        assert!(
+            !g.profile.contains("/Users/me"),
+            "no path is interpolated into the text"
+        );
         assert!(g.params.iter().any(|(_, v)| v == Path::new(hostile)));
         // Every parameter reference is to a generated name.
         for line in g.profile.lines() {
             for part in line.split("(param \"").skip(1) {
                 let name = part.split('"').next().unwrap();
-                assert!(name.chars().all(|c| c.is_ascii_uppercase() || c.is_ascii_digit() || c == '_'), "{name}");
+                assert!(
+                    name.chars()
+                        .all(|c| c.is_ascii_uppercase() || c.is_ascii_digit() || c == '_'),
+                    "{name}"
+                );
             }
         }
     }
@@ -176,24 +211,44 @@ mod tests {
         let off = generate(&policy("/w", false), Some(Path::new("/t")));
         assert!(off.profile.contains("(deny default)"));
         assert!(!off.profile.contains("(allow default)"));
-        assert!(!off.profile.contains("(allow network"), "network off has no network rule");
-        assert!(off.profile.contains("(require-not (subpath (param \"DENY_READ_0\")))"));
-        assert!(off.profile.contains("(require-not (subpath (param \"DENY_READ_1\")))"));
-        assert!(off.profile.contains("(require-not (regex #\"^/dev/r?disk\"))"));
-        assert!(off.profile.contains("(require-not (subpath (param \"WRITABLE_ROOT_0_READ_ONLY_0\")))"));
-        assert!(off.profile.contains("(require-not (literal (param \"WRITABLE_ROOT_0_PINNED_0\")))"));
-        assert!(off.profile.contains("(allow file-write* (subpath (param \"TMPDIR\")))"));
+        assert!(
+            !off.profile.contains("(allow network"),
+            "network off has no network rule"
+        );
+        assert!(off
+            .profile
+            .contains("(require-not (subpath (param \"DENY_READ_0\")))"));
+        assert!(off
+            .profile
+            .contains("(require-not (subpath (param \"DENY_READ_1\")))"));
+        assert!(off
+            .profile
+            .contains("(require-not (regex #\"^/dev/r?disk\"))"));
+        assert!(off
+            .profile
+            .contains("(require-not (subpath (param \"WRITABLE_ROOT_0_READ_ONLY_0\")))"));
+        assert!(off
+            .profile
+            .contains("(require-not (literal (param \"WRITABLE_ROOT_0_PINNED_0\")))"));
+        assert!(off
+            .profile
+            .contains("(allow file-write* (subpath (param \"TMPDIR\")))"));
         assert!(off.profile.contains("(allow signal (target same-sandbox))"));
         // The only unconditional file-write rules are for harmless devices.
         for line in off.profile.lines().filter(|l| l.contains("file-write")) {
             assert!(
-                line.contains("(param") || line.contains("file-write-data file-ioctl") || line.trim() == "(allow file-write*",
+                line.contains("(param")
+                    || line.contains("file-write-data file-ioctl")
+                    || line.trim() == "(allow file-write*",
                 "unexpected write rule: {line}"
             );
         }
         let on = generate(&policy("/w", true), None);
         assert!(on.profile.contains("(allow network-outbound (remote ip))"));
-        assert!(!on.profile.contains("unix-socket"), "unix sockets stay denied");
+        assert!(
+            !on.profile.contains("unix-socket"),
+            "unix sockets stay denied"
+        );
     }
 
     #[test]

@@ -201,6 +201,7 @@ fn init_repo(ws: &Path) -> std::io::Result<()> {
 
 /// Processes on the host whose command line starts with `needle` (so that bwrap's own
 /// process, whose arguments contain the command, does not count).
+#[cfg(target_os = "linux")]
 pub fn find_processes(needle: &str) -> Vec<i32> {
     let Ok(entries) = std::fs::read_dir("/proc") else {
         return Vec::new();
@@ -213,10 +214,30 @@ pub fn find_processes(needle: &str) -> Vec<i32> {
         .filter(|pid| {
             std::fs::read(format!("/proc/{pid}/cmdline"))
                 .map(|c| {
-                    let text = String::from_utf8_lossy(&c).replace('\0', " ");
-                    text.starts_with(needle)
+                    String::from_utf8_lossy(&c)
+                        .replace('\0', " ")
+                        .starts_with(needle)
                 })
                 .unwrap_or(false)
+        })
+        .collect()
+}
+
+#[cfg(not(target_os = "linux"))]
+pub fn find_processes(needle: &str) -> Vec<i32> {
+    let out = Command::new("ps").args(["-axo", "pid=,args="]).output();
+    let Ok(out) = out else {
+        return Vec::new();
+    };
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| {
+            let (pid, args) = l.trim_start().split_once(' ')?;
+            if args.trim_start().starts_with(needle) {
+                pid.parse().ok()
+            } else {
+                None
+            }
         })
         .collect()
 }

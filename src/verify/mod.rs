@@ -60,6 +60,7 @@ pub async fn run(
     probes::environment(&lab, &mut checks).await;
     probes::process(&lab, &mut checks).await;
     probes::syscalls(&lab, &mut checks).await;
+    probes::signals(&lab, &mut checks).await;
     probes::lifetime(&lab, &mut checks).await;
     let passed = checks.iter().all(|c| c.passed);
     Ok(Report {

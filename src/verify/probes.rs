@@ -467,6 +467,10 @@ pub async fn network(lab: &Lab, out: &mut Vec<Check>) {
     }
     let name = format!("{}-abstract", lab.marker);
     match abstract_listener(&name) {
+        Err(_) if !cfg!(target_os = "linux") => out.push(Check::not_applicable(
+            "network: host abstract unix socket",
+            "abstract unix sockets exist only on Linux",
+        )),
         Ok(l) => {
             let r = connect(lab, "u", "tcp", &format!("@{name}")).await;
             out.push(net_check(
@@ -500,10 +504,18 @@ pub async fn network(lab: &Lab, out: &mut Vec<Check>) {
     ));
 }
 
+#[cfg(target_os = "linux")]
 fn abstract_listener(name: &str) -> std::io::Result<UnixListener> {
     use std::os::linux::net::SocketAddrExt;
     let addr = std::os::unix::net::SocketAddr::from_abstract_name(name.as_bytes())?;
     UnixListener::bind_addr(&addr)
+}
+
+#[cfg(not(target_os = "linux"))]
+fn abstract_listener(_name: &str) -> std::io::Result<UnixListener> {
+    Err(std::io::Error::other(
+        "abstract unix sockets exist only on Linux",
+    ))
 }
 
 pub async fn environment(lab: &Lab, out: &mut Vec<Check>) {
@@ -534,8 +546,15 @@ pub async fn environment(lab: &Lab, out: &mut Vec<Check>) {
     ));
 }
 
-/// Samples the sandboxed process from the host while it runs.
+/// Samples the sandboxed process from the host (through /proc) while it runs.
 pub async fn process(lab: &Lab, out: &mut Vec<Check>) {
+    if !cfg!(target_os = "linux") {
+        out.push(Check::not_applicable(
+            "process: capabilities, seccomp, session, limits",
+            "read from /proc: Linux only",
+        ));
+        return;
+    }
     let tag = unique(lab, 1);
     let script = format!("exec sleep {tag}");
     let sample = async {
@@ -683,6 +702,13 @@ pub async fn process(lab: &Lab, out: &mut Vec<Check>) {
 }
 
 pub async fn syscalls(lab: &Lab, out: &mut Vec<Check>) {
+    if !cfg!(target_os = "linux") {
+        out.push(Check::not_applicable(
+            "syscalls: seccomp, ptrace, signals",
+            "seccomp and /proc probes: Linux only",
+        ));
+        return;
+    }
     let r = run(
         lab,
         "python3 -c 'import fcntl,termios,errno\ntry:\n fcntl.ioctl(0, termios.TIOCSTI, b\"x\"); print(\"tiocsti-allowed\")\nexcept OSError as e: print(\"tiocsti\", errno.errorcode.get(e.errno))'",
@@ -719,7 +745,7 @@ pub async fn syscalls(lab: &Lab, out: &mut Vec<Check>) {
 
     // ptrace: the sandbox tries to attach to a host process and holds on for a while;
     // the host watches the decoy's TracerPid.
-    let mut decoy = match Decoy::start() {
+    let decoy = match Decoy::start() {
         Ok(d) => d,
         Err(e) => {
             out.push(check(
@@ -757,23 +783,6 @@ pub async fn syscalls(lab: &Lab, out: &mut Vec<Check>) {
         r.is_ok() && !traced,
     ));
 
-    let _ = run(
-        lab,
-        &format!("kill -9 {pid} 2>/dev/null; kill -STOP {pid} 2>/dev/null; true"),
-    )
-    .await;
-    let state = status_field(pid, "State").unwrap_or_default();
-    let alive = decoy.alive() && !state.starts_with('T');
-    out.push(check(
-        "syscalls: signals to host processes",
-        "cannot reach processes outside the sandbox",
-        if alive {
-            format!("host process alive ({state})")
-        } else {
-            format!("host process KILLED or stopped ({state})")
-        },
-        alive,
-    ));
     drop(decoy);
 
     if cfg!(target_arch = "x86_64") {
@@ -810,6 +819,39 @@ addr = ctypes.addressof(ctypes.c_char.from_buffer(m))
 ctypes.CFUNCTYPE(ctypes.c_int)(addr)()
 print(\"int80-returned\")
 '";
+
+pub async fn signals(lab: &Lab, out: &mut Vec<Check>) {
+    let mut decoy = match Decoy::start() {
+        Ok(d) => d,
+        Err(e) => {
+            out.push(check(
+                "syscalls: signals to host processes",
+                "denied",
+                format!("cannot start a decoy: {e}"),
+                false,
+            ));
+            return;
+        }
+    };
+    let pid = decoy.pid();
+    let _ = run(
+        lab,
+        &format!("kill -9 {pid} 2>/dev/null; kill -STOP {pid} 2>/dev/null; true"),
+    )
+    .await;
+    let state = status_field(pid, "State").unwrap_or_else(|| "running".into());
+    let alive = decoy.alive() && !state.starts_with('T');
+    out.push(check(
+        "syscalls: signals to host processes",
+        "cannot reach processes outside the sandbox",
+        if alive {
+            format!("host process alive ({state})")
+        } else {
+            format!("host process KILLED or stopped ({state})")
+        },
+        alive,
+    ));
+}
 
 pub async fn lifetime(lab: &Lab, out: &mut Vec<Check>) {
     let tag = unique(lab, 2);

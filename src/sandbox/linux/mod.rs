@@ -34,6 +34,9 @@ pub fn prepare(
     match backend {
         Backend::Bwrap => prepare_bwrap(policy, command, cwd),
         Backend::Landlock | Backend::None => prepare_supervised(backend, policy, command, cwd),
+        Backend::Seatbelt => Err(SandboxError::Unavailable(
+            "the seatbelt backend exists only on macOS".into(),
+        )),
     }
 }
 
