@@ -175,6 +175,8 @@ pub async fn run(
         stdout,
         stderr,
     } = pipes;
+    // The process group to sweep after a normal exit (see below).
+    let leader: Option<u32>;
     let mut running = match launch {
         Launch::Command {
             program,
@@ -189,9 +191,6 @@ pub async fn run(
                 .env_clear()
                 .envs(env)
                 .current_dir(&cwd)
-                // Its own process group: a terminal's Ctrl-C reaches chitti, which then
-                // tears the sandbox down in order.
-                .process_group(0)
                 .kill_on_drop(true)
                 .stdin(child_stdin.map_or_else(Stdio::inherit, Stdio::from))
                 .stdout(child_stdout.map_or_else(Stdio::inherit, Stdio::from))
@@ -199,6 +198,12 @@ pub async fn run(
             let raw_fds: Vec<i32> = pass_fds.iter().map(|f| f.as_raw_fd()).collect();
             unsafe {
                 cmd.pre_exec(move || {
+                    // Its own session and process group: no controlling terminal, a
+                    // terminal's Ctrl-C reaches chitti (which tears down in order), and
+                    // the whole group can be killed at the end.
+                    if libc::setsid() < 0 {
+                        return Err(std::io::Error::last_os_error());
+                    }
                     for fd in &raw_fds {
                         if libc::fcntl(*fd, libc::F_SETFD, 0) < 0 {
                             return Err(std::io::Error::last_os_error());
@@ -211,6 +216,7 @@ pub async fn run(
                 SandboxError::Unavailable(format!("cannot start {}: {e}", program.display()))
             })?;
             drop(pass_fds);
+            leader = child.id();
             Running::Command(child)
         }
         #[cfg(target_os = "linux")]
@@ -225,6 +231,7 @@ pub async fn run(
                 },
             )
             .map_err(|e| SandboxError::Unavailable(format!("cannot start the sandbox: {e}")))?;
+            leader = None;
             Running::Supervised {
                 pid: sup.pid,
                 pidfd: sup.pidfd,
@@ -253,6 +260,13 @@ pub async fn run(
     };
     if !matches!(ended, Ended::Exited) {
         stop(&mut running).await?;
+    } else if backend == Backend::Seatbelt {
+        // macOS has no PID namespace or subreaper: sweep the command's session so its
+        // background children do not outlive the call. While any member lives the group
+        // id cannot be reused, so this reaches only our own processes.
+        if let Some(pid) = leader {
+            unsafe { libc::kill(-(pid as i32), libc::SIGKILL) };
+        }
     }
     let duration = started.elapsed();
 
@@ -397,6 +411,7 @@ async fn wait(running: &mut Running) -> Result<(), SandboxError> {
 async fn stop(running: &mut Running) -> Result<(), SandboxError> {
     match running {
         Running::Command(child) => {
+            kill_group(child);
             let _ = child.start_kill();
         }
         #[cfg(target_os = "linux")]
@@ -418,6 +433,15 @@ async fn stop(running: &mut Running) -> Result<(), SandboxError> {
         wait(running).await?;
     }
     Ok(())
+}
+
+/// Kills the process group the spawned program leads (it called setsid), before it is
+/// reaped, so the group id cannot have been reused. On macOS this is what reaches the
+/// command's background children; bwrap's own PID namespace does that on Linux.
+fn kill_group(child: &tokio::process::Child) {
+    if let Some(pid) = child.id() {
+        unsafe { libc::kill(-(pid as i32), libc::SIGKILL) };
+    }
 }
 
 /// Reads a stream to its end, keeping at most `max` bytes; when `forward` is set, copies
