@@ -2,6 +2,7 @@
 
 mod doctor;
 mod sandbox_exec;
+mod sandbox_profile;
 mod sandbox_test;
 
 use std::path::PathBuf;
@@ -42,6 +43,19 @@ pub enum SandboxCommand {
     /// 126 not executable; 127 not found; 125 when the sandbox could not be set up or
     /// the input is bad (then nothing ran).
     Exec(ExecArgs),
+    /// Print the resolved policy and what a backend would be given (bwrap arguments,
+    /// Landlock rules and seccomp summary, or the Seatbelt profile and its parameters).
+    Profile {
+        /// The writable root (default: the current directory).
+        #[arg(short = 'w', long, value_name = "DIR")]
+        workspace: Option<PathBuf>,
+        /// A profile name or a path to a TOML file.
+        #[arg(short = 'p', long, value_name = "NAME|FILE", default_value = crate::policy::profile::DEFAULT_PROFILE)]
+        profile: String,
+        /// The backend whose input to print (default: this OS's preferred one).
+        #[arg(long, value_enum, default_value = "auto")]
+        backend: BackendChoice,
+    },
     /// Prove a profile on this machine: real probes, a verdict table, exit 0 only when
     /// every promise holds.
     Test {
@@ -106,6 +120,11 @@ pub fn run(cli: Cli) -> i32 {
         Command::Sandbox(SandboxCommand::Test { sandbox, json }) => {
             sandbox_test::run(sandbox, json)
         }
+        Command::Sandbox(SandboxCommand::Profile {
+            workspace,
+            profile,
+            backend,
+        }) => sandbox_profile::run(workspace, &profile, backend),
         Command::Doctor { json } => doctor::run(json),
     }
 }

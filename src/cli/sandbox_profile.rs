@@ -1,0 +1,174 @@
+//! `chitti sandbox profile`: the resolved policy and exactly what a backend would be
+//! given. It only generates, so it works on any OS (the Seatbelt profile can be read on
+//! Linux, the bwrap arguments on macOS).
+
+use std::path::{Path, PathBuf};
+
+use super::report_error;
+use crate::policy::{profile, ChittiDirs, Overrides, Policy};
+use crate::sandbox::{bwrap_args, landlock_rules, rlimits::Rlimits, seatbelt, BackendChoice};
+
+pub fn run(workspace: Option<PathBuf>, profile_spec: &str, backend: BackendChoice) -> i32 {
+    match render(workspace, profile_spec, backend) {
+        Ok(text) => {
+            print!("{text}");
+            0
+        }
+        Err(e) => {
+            report_error(&e);
+            125
+        }
+    }
+}
+
+fn render(
+    workspace: Option<PathBuf>,
+    profile_spec: &str,
+    backend: BackendChoice,
+) -> Result<String, String> {
+    let dirs = ChittiDirs::from_env().map_err(|e| e.to_string())?;
+    let profile =
+        profile::load(profile_spec, Some(&dirs.user_profiles())).map_err(|e| e.to_string())?;
+    let workspace = match workspace {
+        Some(w) => w,
+        None => std::env::current_dir()
+            .map_err(|e| format!("cannot read the current directory: {e}"))?,
+    };
+    let policy = Policy::resolve(
+        &profile,
+        &workspace,
+        &Overrides::default(),
+        &dirs,
+        std::env::vars_os(),
+    )
+    .map_err(|e| e.to_string())?;
+    let mut out = describe_policy(&policy, &profile.description);
+    let backend = match backend {
+        BackendChoice::Auto if cfg!(target_os = "macos") => BackendChoice::Seatbelt,
+        BackendChoice::Auto => BackendChoice::Bwrap,
+        other => other,
+    };
+    let command: Vec<std::ffi::OsString> = vec!["COMMAND".into(), "ARGS...".into()];
+    match backend {
+        BackendChoice::Bwrap => {
+            let call = bwrap_args::CallArgs {
+                cwd: policy.workspace.clone(),
+                seccomp_fds: vec![3, 4, 5],
+                status_fd: None,
+            };
+            out.push_str("\nbackend bwrap: bwrap");
+            for arg in bwrap_args::args(&policy, &call, &command) {
+                let arg = arg.to_string_lossy();
+                if arg.starts_with("--") {
+                    out.push_str(" \\\n    ");
+                } else {
+                    out.push(' ');
+                }
+                out.push_str(&shell_quote(&arg));
+            }
+            out.push_str(&format!(
+                "\n  fds 3-5: seccomp programs ({})\n  environment: the allow-list above, TMPDIR=/tmp\n  limits on bwrap: {}\n",
+                seccomp_summary(policy.network),
+                Rlimits::from(&policy.limits).describe()
+            ));
+        }
+        BackendChoice::Landlock => {
+            let tmp = Path::new("/tmp/chitti-tmp-XXXXXX").to_path_buf();
+            let mut writable = policy.writable.clone();
+            if policy.private_tmp {
+                writable.push(tmp);
+            }
+            let rules = landlock_rules::plan(&landlock_rules::Spec {
+                writable: &writable,
+                deny_read: &policy.deny_read,
+                terminals: &[],
+            });
+            out.push_str(&format!(
+                "\nbackend landlock: Landlock ABI 6 (fs + signal/abstract-socket scoping), {} rules:\n{}",
+                rules.len(),
+                landlock_rules::describe(&rules)
+            ));
+            out.push_str(&format!(
+                "  seccomp: {}\n  also: setsid, capabilities dropped, no_new_privs; {}\n  \
+                 protected paths: snapshot before the call, restored after it\n",
+                seccomp_summary(policy.network),
+                Rlimits::from(&policy.limits).describe()
+            ));
+        }
+        BackendChoice::Seatbelt => {
+            let tmp = policy
+                .private_tmp
+                .then(|| PathBuf::from("/private/var/folders/XX/T/chitti-tmp-XXXXXX"));
+            let generated = seatbelt::generate(&policy, tmp.as_deref());
+            out.push_str(&format!(
+                "\nbackend seatbelt: {} -f PROFILE",
+                seatbelt::SANDBOX_EXEC
+            ));
+            for (name, value) in &generated.params {
+                out.push_str(&format!(
+                    " \\\n    -D {}",
+                    shell_quote(&format!("{name}={}", value.display()))
+                ));
+            }
+            out.push_str(" \\\n    -- COMMAND ARGS...\n\nPROFILE:\n");
+            out.push_str(&generated.profile);
+        }
+        BackendChoice::None | BackendChoice::Auto => {
+            out.push_str(
+                "\nbackend none: the command runs unsandboxed (environment allow-list only)\n",
+            );
+        }
+    }
+    Ok(out)
+}
+
+fn describe_policy(p: &Policy, description: &str) -> String {
+    let list = |v: &[PathBuf]| {
+        if v.is_empty() {
+            "(none)".to_string()
+        } else {
+            v.iter().map(|p| format!("\n    {}", p.display())).collect()
+        }
+    };
+    let env: Vec<String> = p
+        .env
+        .iter()
+        .map(|(k, _)| k.to_string_lossy().into_owned())
+        .collect();
+    format!(
+        "profile {} ({description})\n  workspace: {}\n  writable: {}\n  private TMPDIR: {}\n  \
+         unreadable: {}\n  read-only inside writable roots: {}\n  not to be moved or replaced: {}\n  \
+         network: {}\n  environment passed: {}\n  timeout: {} s\n",
+        p.profile,
+        p.workspace.display(),
+        list(&p.writable),
+        if p.private_tmp { "yes" } else { "no" },
+        list(&p.deny_read),
+        list(&p.read_only),
+        list(&p.pinned),
+        if p.network { "on (IP only; no unix sockets)" } else { "off" },
+        env.join(" "),
+        p.timeout.as_secs(),
+    )
+}
+
+#[cfg(target_os = "linux")]
+fn seccomp_summary(network: bool) -> String {
+    crate::sandbox::linux::seccomp::summary(network)
+}
+
+#[cfg(not(target_os = "linux"))]
+fn seccomp_summary(_network: bool) -> String {
+    "the seccomp filter is compiled on Linux only".into()
+}
+
+fn shell_quote(s: &str) -> String {
+    if !s.is_empty()
+        && s.chars()
+            .all(|c| c.is_ascii_alphanumeric() || "/._-=:,+@%".contains(c))
+    {
+        s.to_string()
+    } else {
+        format!("'{}'", s.replace('\'', "'\\''"))
+    }
+}
