@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# The whole test suite: unit tests, integration tests and the sandbox-tests escape suite,
-# on both Linux backends. Run as root, it runs everything a second time as an
-# unprivileged user (created if needed), because real users are not root.
+# The whole test suite: unit tests, integration tests and the sandbox-tests escape suite
+# on both Linux backends, then scripts/ci-smoke.sh. Run as root, it runs the tests a
+# second time as an unprivileged user (created if needed), because real users are not.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -12,6 +12,9 @@ cargo build --workspace --all-targets --locked
 
 echo "== tests as $(id -un)"
 cargo test --workspace --locked
+
+echo "== smoke run (what CI also runs on macOS)"
+scripts/ci-smoke.sh
 
 if [ "$(id -u)" -ne 0 ]; then
     echo "== not root: the unprivileged run above is the only one"
