@@ -17,9 +17,10 @@ trap 'rm -rf "$ws" "$out"' EXIT
 # Warm the bwrap probe cache so that it is not part of the measurement.
 "$chitti" doctor >/dev/null || true
 
-raw_bwrap="bwrap --new-session --die-with-parent --unshare-user --disable-userns --unshare-pid \
---unshare-ipc --unshare-uts --unshare-cgroup-try --unshare-net --cap-drop ALL --ro-bind / / \
---dev /dev --proc /proc --tmpfs /tmp --tmpfs /run --bind $ws $ws -- sh -c true"
+# Raw bubblewrap gets exactly the namespaces and mounts chitti would give it (minus the
+# seccomp programs, which are chitti's own addition).
+mapfile -d '' bwrap_args < <("$chitti" sandbox profile --bwrap-args0 -w "$ws")
+raw_bwrap="bwrap ${bwrap_args[*]} -- sh -c true"
 
 hyperfine --shell=none --warmup 5 --runs "$runs" --export-json "$out" \
     -n bare "sh -c true" \

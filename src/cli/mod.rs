@@ -55,6 +55,10 @@ pub enum SandboxCommand {
         /// The backend whose input to print (default: this OS's preferred one).
         #[arg(long, value_enum, default_value = "auto")]
         backend: BackendChoice,
+        /// Print only the bwrap arguments (without seccomp), NUL-separated: what
+        /// scripts/bench.sh gives raw bubblewrap so that both do the same isolation work.
+        #[arg(long, hide = true)]
+        bwrap_args0: bool,
     },
     /// Prove a profile on this machine: real probes, a verdict table, exit 0 only when
     /// every promise holds.
@@ -124,7 +128,8 @@ pub fn run(cli: Cli) -> i32 {
             workspace,
             profile,
             backend,
-        }) => sandbox_profile::run(workspace, &profile, backend),
+            bwrap_args0,
+        }) => sandbox_profile::run(workspace, &profile, backend, bwrap_args0),
         Command::Doctor { json } => doctor::run(json),
     }
 }

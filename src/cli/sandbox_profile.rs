@@ -8,7 +8,13 @@ use super::report_error;
 use crate::policy::{profile, ChittiDirs, Overrides, Policy};
 use crate::sandbox::{bwrap_args, landlock_rules, rlimits::Rlimits, seatbelt, BackendChoice};
 
-pub fn run(workspace: Option<PathBuf>, profile_spec: &str, backend: BackendChoice) -> i32 {
+pub fn run(
+    workspace: Option<PathBuf>,
+    profile_spec: &str,
+    backend: BackendChoice,
+    bwrap_args0: bool,
+) -> i32 {
+    let backend = if bwrap_args0 { None } else { Some(backend) };
     match render(workspace, profile_spec, backend) {
         Ok(text) => {
             print!("{text}");
@@ -21,10 +27,11 @@ pub fn run(workspace: Option<PathBuf>, profile_spec: &str, backend: BackendChoic
     }
 }
 
+/// `backend: None` asks for the raw bwrap arguments only.
 fn render(
     workspace: Option<PathBuf>,
     profile_spec: &str,
-    backend: BackendChoice,
+    backend: Option<BackendChoice>,
 ) -> Result<String, String> {
     let dirs = ChittiDirs::from_env().map_err(|e| e.to_string())?;
     let profile =
@@ -42,6 +49,19 @@ fn render(
         std::env::vars_os(),
     )
     .map_err(|e| e.to_string())?;
+    let Some(backend) = backend else {
+        let call = bwrap_args::CallArgs {
+            cwd: policy.workspace.clone(),
+            seccomp_fds: Vec::new(),
+            status_fd: None,
+        };
+        let mut args = bwrap_args::args(&policy, &call, &[]);
+        args.pop(); // the trailing "--": the caller appends its own command
+        return Ok(args
+            .iter()
+            .map(|a| format!("{}\0", a.to_string_lossy()))
+            .collect());
+    };
     let mut out = describe_policy(&policy, &profile.description);
     let backend = match backend {
         BackendChoice::Auto if cfg!(target_os = "macos") => BackendChoice::Seatbelt,
