@@ -1,0 +1,1342 @@
+//! `chitti sandbox exec` end to end: the real binary, on both Linux backends.
+//!
+//! Every test body is a function of the backend name; `on_both_backends!` turns each into
+//! `<name>::bwrap` and `<name>::landlock`. Tests judge by what is observable outside the
+//! sandbox (host files, host sockets, host processes, what reached chitti's output), not
+//! by the sandboxed command's exit status. Negative tests also leave a file that proves the
+//! command really ran, so that a sandbox that fails to start cannot pass them.
+#![cfg(target_os = "linux")]
+
+mod common;
+
+use std::io::ErrorKind;
+use std::os::unix::net::{UnixDatagram, UnixListener};
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::Duration;
+
+use common::*;
+
+/// One module per test body, holding a `bwrap` and a `landlock` test. (`macro_rules!`
+/// cannot paste `<name>_bwrap` together without an extra crate; `<name>::bwrap` is the
+/// same thing, and `cargo test ::landlock` still selects one backend.)
+macro_rules! on_both_backends {
+    ($($name:ident),* $(,)?) => {$(
+        mod $name {
+            #[test]
+            fn bwrap() {
+                super::$name("bwrap")
+            }
+            #[test]
+            fn landlock() {
+                super::$name("landlock")
+            }
+        }
+    )*};
+}
+
+on_both_backends!(
+    // 1. writes
+    workspace_write_appears_on_host,
+    write_outside_workspace_does_not_appear,
+    symlink_in_workspace_does_not_lead_out,
+    dotdot_does_not_escape,
+    tmpdir_is_writable_and_discarded,
+    tmpdir_is_private_to_the_user,
+    // 2. git
+    git_add_and_commit_work,
+    git_hooks_and_config_stay_unchanged,
+    git_dir_rename_attack_is_undone,
+    git_commondir_redirect_does_not_reach_host_git,
+    git_embedded_repo_config_does_not_run_on_host_status,
+    git_protection_survives_sigkill_of_chitti,
+    // 3. credentials and devices
+    credentials_are_unreadable,
+    credentials_cannot_be_linked_or_copied_into_workspace,
+    raw_devices_are_unreadable,
+    proc_kcore_is_unreadable,
+    // 4. network
+    tcp_to_host_is_blocked_by_default,
+    tcp_to_host_works_with_network_on,
+    host_unix_socket_is_unreachable,
+    host_abstract_socket_is_unreachable,
+    host_unix_datagram_sockets_are_unreachable,
+    socketpair_works,
+    // 5. environment
+    environment_secrets_are_filtered,
+    secrets_not_readable_through_proc_environ,
+    // 6. capabilities
+    capabilities_are_dropped,
+    // 7. lifetime
+    daemonized_process_dies_with_the_command,
+    timeout_kills_the_whole_tree,
+    sigkill_of_chitti_kills_the_sandbox,
+    tmpdir_is_discarded_after_sigkill_of_chitti,
+    // 8. exit codes
+    exit_code_is_propagated,
+    signal_death_is_128_plus_signal,
+    missing_command_is_127,
+    non_executable_is_126,
+    missing_workspace_is_125,
+    root_workspace_is_125,
+    unknown_profile_is_125,
+    malformed_profile_is_125,
+    unknown_profile_key_is_125,
+    no_command_is_125,
+    // 9. --json
+    json_reports_every_field,
+    json_keeps_head_and_tail_of_large_output,
+    json_keeps_unicode,
+    // 10-12. other processes and the terminal
+    host_process_cannot_be_signalled,
+    tiocsti_cannot_inject_terminal_input,
+    ptrace_cannot_attach_to_host_process,
+    // 13. read-only profile
+    read_only_profile_keeps_workspace_unwritable,
+);
+
+const SECOND: Duration = Duration::from_secs(1);
+
+/// Fails unless the sandboxed command left `ws/<name>` behind (proof that it ran).
+fn assert_ran(fx: &Fixture, name: &str, ran: &Ran) {
+    assert!(
+        fx.ws(name).exists(),
+        "the sandboxed command did not run to its end (no {name} in the workspace):\n{ran}"
+    );
+}
+
+/// Shell code that waits (at most 30 s) for the test to create `release` in the workspace.
+const WAIT_FOR_RELEASE: &str =
+    "i=0; while [ ! -e release ] && [ $i -lt 600 ]; do sleep 0.05; i=$((i+1)); done";
+
+/// Starts `argv` in the sandbox, waits for it to create `ready` in the workspace, calls
+/// `look` while it still runs, then creates `release` and waits for chitti to finish.
+fn while_running<T>(fx: &Fixture, backend: &str, argv: &[&str], look: impl FnOnce() -> T) -> T {
+    let mut chitti = fx
+        .chitti(backend)
+        .command(argv)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn chitti");
+    let ready = wait_until(30 * SECOND, || fx.ws("ready").exists());
+    let seen = ready.then(look);
+    write(&fx.ws("release"), "");
+    let _ = chitti.wait();
+    seen.expect("the sandboxed command never created `ready`")
+}
+
+// ---------------------------------------------------------------------------------------
+// 1. Writes
+
+fn workspace_write_appears_on_host(backend: &str) {
+    let fx = Fixture::new();
+    let mark = marker("ws-write");
+    let ran = fx
+        .chitti(backend)
+        .sh(&format!("mkdir -p sub && echo {mark} > sub/new.txt"));
+    assert_eq!(
+        std::fs::read_to_string(fx.ws("sub/new.txt"))
+            .ok()
+            .as_deref(),
+        Some(format!("{mark}\n").as_str()),
+        "a file written in the workspace must appear on the host:\n{ran}"
+    );
+}
+
+fn write_outside_workspace_does_not_appear(backend: &str) {
+    let fx = Fixture::new();
+    let name = marker("outside");
+    // All writable on the host by whoever runs the test; none in the sandbox.
+    let mut targets = vec![
+        fx.outside.join(&name),
+        fx.home.join(&name),
+        fx.root.join(&name),
+        Path::new("/tmp").join(&name),
+    ];
+    if Path::new("/var/tmp").is_dir() {
+        targets.push(Path::new("/var/tmp").join(&name));
+    }
+    let candidates: Vec<PathBuf> = targets
+        .iter()
+        .flat_map(|t| [t.clone(), PathBuf::from(format!("{}.d", t.display()))])
+        .collect();
+    let mut script = String::new();
+    for t in &targets {
+        script += &format!("echo x > '{}'; mkdir '{}.d'; ", t.display(), t.display());
+    }
+    script += "touch ran";
+    let ran = fx.chitti(backend).sh(&script);
+    let leaked: Vec<&PathBuf> = candidates.iter().filter(|p| p.exists()).collect();
+    for p in &leaked {
+        let _ = std::fs::remove_file(p).or_else(|_| std::fs::remove_dir(p));
+    }
+    assert_ran(&fx, "ran", &ran);
+    assert!(
+        leaked.is_empty(),
+        "writes escaped the workspace: {leaked:?}\n{ran}"
+    );
+}
+
+fn symlink_in_workspace_does_not_lead_out(backend: &str) {
+    let fx = Fixture::new();
+    let existing = fx.outside.join("existing.txt");
+    write(&existing, "original\n");
+    // Links planted on the host before the call, and one made inside the sandbox.
+    std::os::unix::fs::symlink(&fx.outside, fx.ws("dir-link")).unwrap();
+    std::os::unix::fs::symlink(fx.outside.join("created.txt"), fx.ws("dangling-link")).unwrap();
+    std::os::unix::fs::symlink(&existing, fx.ws("existing-link")).unwrap();
+    let ran = fx.chitti(backend).sh("echo x > dir-link/via-dir; \
+         mkdir dir-link/new-dir; \
+         echo x > dangling-link; \
+         echo x >> existing-link; \
+         echo x > existing-link; \
+         ln -s ../../outside/relative.txt rel-link; echo x > rel-link; \
+         echo x > mine; mv mine dir-link/moved; \
+         touch ran");
+    assert_ran(&fx, "ran", &ran);
+    let mut names: Vec<String> = std::fs::read_dir(&fx.outside)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    assert_eq!(names, ["existing.txt"], "files appeared outside:\n{ran}");
+    assert_eq!(
+        read(&existing),
+        "original\n",
+        "a host file was changed through a link"
+    );
+}
+
+fn dotdot_does_not_escape(backend: &str) {
+    let fx = Fixture::new();
+    let ran = fx.chitti(backend).sh("mkdir -p sub; \
+         echo x > ../escaped-1; \
+         echo x > ../../outside/escaped-2; \
+         (cd .. && echo x > escaped-3); \
+         echo x > \"$PWD/../escaped-4\"; \
+         echo x > sub/../../escaped-5; \
+         echo x > sub/../../proj/../escaped-6; \
+         echo x > sub/../inside-ok");
+    assert_ran(&fx, "inside-ok", &ran);
+    let escaped: Vec<_> = [
+        fx.home.join("escaped-1"),
+        fx.outside.join("escaped-2"),
+        fx.home.join("escaped-3"),
+        fx.home.join("escaped-4"),
+        fx.home.join("escaped-5"),
+        fx.home.join("escaped-6"),
+    ]
+    .into_iter()
+    .filter(|p| p.exists())
+    .collect();
+    assert!(
+        escaped.is_empty(),
+        "`..` escaped the workspace: {escaped:?}\n{ran}"
+    );
+}
+
+fn tmpdir_is_writable_and_discarded(backend: &str) {
+    let fx = Fixture::new();
+    let name = marker("tmpfile");
+    let ran = fx.chitti(backend).sh(&format!(
+        "echo {name} > \"$TMPDIR/{name}\" && cp \"$TMPDIR/{name}\" copied; \
+         printf %s \"$TMPDIR\" > tmpdir-path"
+    ));
+    assert_eq!(
+        std::fs::read_to_string(fx.ws("copied")).ok(),
+        Some(format!("{name}\n")),
+        "TMPDIR must be writable inside the sandbox:\n{ran}"
+    );
+    let tmpdir = read(&fx.ws("tmpdir-path"));
+    assert!(
+        !tmpdir.is_empty(),
+        "TMPDIR is not set in the sandbox:\n{ran}"
+    );
+    let on_host = Path::new(&tmpdir).join(&name);
+    let left = on_host.exists();
+    let _ = std::fs::remove_file(&on_host);
+    assert!(
+        !left,
+        "{} is still on the host after the call",
+        on_host.display()
+    );
+}
+
+/// Other users of the machine must not see what the command keeps in its TMPDIR.
+fn tmpdir_is_private_to_the_user(backend: &str) {
+    use std::os::unix::fs::PermissionsExt;
+    let fx = Fixture::new();
+    let name = marker("tmpfile");
+    let script = format!(
+        "echo {name} > \"$TMPDIR/{name}\"; printf %s \"$TMPDIR\" > tmpdir-path; \
+         touch ready; {WAIT_FOR_RELEASE}"
+    );
+    // Host paths from which the file is reachable, with their modes, while it exists.
+    let exposed = while_running(&fx, backend, &["sh", "-c", &script], || {
+        let tmpdir = PathBuf::from(read(&fx.ws("tmpdir-path")));
+        let file = tmpdir.join(&name);
+        if !file.exists() {
+            return Vec::new(); // not on the host's filesystem at all (a private mount)
+        }
+        [tmpdir, file]
+            .into_iter()
+            .map(|p| {
+                (
+                    std::fs::metadata(&p).unwrap().permissions().mode() & 0o777,
+                    p,
+                )
+            })
+            .filter(|(mode, _)| mode & 0o077 != 0)
+            .collect::<Vec<_>>()
+    });
+    assert!(
+        exposed.is_empty(),
+        "the sandbox's TMPDIR is open to other users on the host: {:?}",
+        exposed
+            .iter()
+            .map(|(mode, p)| format!("{} is mode {mode:o}", p.display()))
+            .collect::<Vec<_>>()
+    );
+}
+
+// ---------------------------------------------------------------------------------------
+// 2. git
+
+fn git_add_and_commit_work(backend: &str) {
+    let fx = Fixture::new();
+    fx.init_repo("initial");
+    let mark = marker("commit");
+    let ran = fx.chitti(backend).sh(&format!(
+        "echo {mark} > a.txt && git add a.txt && {SANDBOX_GIT} commit -q -m '{mark}'"
+    ));
+    let log = fx.git(&["log", "--format=%s"]);
+    assert!(
+        log.lines().next() == Some(mark.as_str()),
+        "the sandboxed commit is not in the host's git log:\n{log}\n{ran}"
+    );
+    assert_eq!(fx.git(&["show", "HEAD:a.txt"]), format!("{mark}\n"));
+    assert!(log.contains("initial"));
+}
+
+/// The hook that a tampered repository would run on the host, and the file it creates.
+fn evil_hook(fx: &Fixture) -> (String, PathBuf) {
+    let witness = fx.root.join("EVIL-CODE-RAN");
+    (
+        format!("#!/bin/sh\ntouch '{}'\n", witness.display()),
+        witness,
+    )
+}
+
+/// Runs `git status` and a commit on the host, as the user would after the call.
+fn host_uses_repo(fx: &Fixture) {
+    let _ = host_git(&fx.ws, &fx.home, &["status"]);
+    let _ = host_git(
+        &fx.ws,
+        &fx.home,
+        &["commit", "-q", "--allow-empty", "-m", "host"],
+    );
+}
+
+fn git_hooks_and_config_stay_unchanged(backend: &str) {
+    let fx = Fixture::new();
+    fx.init_repo("initial");
+    let config_before = read(&fx.ws(".git/config"));
+    let (hook, witness) = evil_hook(&fx);
+    write(&fx.ws("hook.sh"), &hook);
+    let ran = fx.chitti(backend).sh(&format!(
+        "cp hook.sh .git/hooks/pre-commit; chmod +x .git/hooks/pre-commit; \
+         cp hook.sh .git/hooks/post-checkout; \
+         printf '[core]\\n\\tfsmonitor = \"touch {w}\"\\n\\thooksPath = /nonexistent\\n' >> .git/config; \
+         touch ran",
+        w = witness.display()
+    ));
+    assert_ran(&fx, "ran", &ran);
+    assert_eq!(read(&fx.ws(".git/config")), config_before, "{ran}");
+    assert!(!fx.ws(".git/hooks/pre-commit").exists(), "{ran}");
+    assert!(!fx.ws(".git/hooks/post-checkout").exists(), "{ran}");
+    host_uses_repo(&fx);
+    assert!(
+        !witness.exists(),
+        "host git ran code planted by the sandbox:\n{ran}"
+    );
+}
+
+fn git_dir_rename_attack_is_undone(backend: &str) {
+    let fx = Fixture::new();
+    let mark = marker("original-git");
+    fx.init_repo(&mark);
+    let ran = fx.chitti(backend).sh(
+        "mv .git .git2; mkdir -p .git/hooks; echo evil > .git/hooks/pre-commit; \
+         chmod +x .git/hooks/pre-commit; touch ran",
+    );
+    assert_ran(&fx, "ran", &ran);
+    assert!(
+        fx.git(&["log", "--format=%s"]).contains(&mark),
+        "the original .git is gone:\n{ran}"
+    );
+    assert!(
+        !fx.ws(".git/hooks/pre-commit").exists(),
+        "an evil hook is in place:\n{ran}"
+    );
+    assert!(
+        !fx.ws(".git2").exists(),
+        "the original .git was left renamed:\n{ran}"
+    );
+}
+
+/// A `commondir` file makes git take config and hooks from another directory, which the
+/// sandbox can build anywhere in the workspace.
+fn git_commondir_redirect_does_not_reach_host_git(backend: &str) {
+    let fx = Fixture::new();
+    fx.init_repo("initial");
+    let (hook, witness) = evil_hook(&fx);
+    write(&fx.ws("hook.sh"), &hook);
+    let ran = fx.chitti(backend).sh(&format!(
+        "mkdir -p evil/hooks && cp -r .git/objects .git/refs evil/ && \
+         cp hook.sh evil/hooks/pre-commit && chmod +x evil/hooks/pre-commit && \
+         printf '[core]\\n\\trepositoryformatversion = 0\\n\\tfsmonitor = \"touch {w}; false\"\\n' > evil/config; \
+         echo ../evil > .git/commondir; touch ran",
+        w = witness.display()
+    ));
+    assert_ran(&fx, "ran", &ran);
+    let common = fx.git(&["rev-parse", "--path-format=absolute", "--git-common-dir"]);
+    host_uses_repo(&fx);
+    assert!(
+        !witness.exists(),
+        "host git ran a hook/fsmonitor planted through .git/commondir (git-common-dir is now \
+         {}):\n{ran}",
+        common.trim()
+    );
+    assert_eq!(Path::new(common.trim()), fx.ws(".git"), "{ran}");
+}
+
+/// A repository nested in the workspace and staged as a gitlink: the host's `git status`
+/// runs `git status` inside it, with its config (core.fsmonitor).
+fn git_embedded_repo_config_does_not_run_on_host_status(backend: &str) {
+    let fx = Fixture::new();
+    fx.init_repo("initial");
+    let witness = fx.root.join("EVIL-CODE-RAN");
+    let ran = fx.chitti(backend).sh(&format!(
+        "mkdir sub && cd sub && git init -q && {SANDBOX_GIT} commit -q --allow-empty -m s && \
+         git config core.fsmonitor 'touch {w}; false' && cd .. && git add sub 2>/dev/null; \
+         touch ran",
+        w = witness.display()
+    ));
+    assert_ran(&fx, "ran", &ran);
+    let _ = host_git(&fx.ws, &fx.home, &["status"]);
+    assert!(
+        !witness.exists(),
+        "the host's `git status` ran a core.fsmonitor that the sandbox wrote into a nested \
+         repository:\n{ran}"
+    );
+}
+
+/// The protection must hold even when chitti gets no chance to clean up.
+fn git_protection_survives_sigkill_of_chitti(backend: &str) {
+    let fx = Fixture::new();
+    fx.init_repo("initial");
+    let config_before = read(&fx.ws(".git/config"));
+    let (hook, witness) = evil_hook(&fx);
+    write(&fx.ws("hook.sh"), &hook);
+    sigkill_chitti_during(
+        &fx,
+        backend,
+        &format!(
+            "cp hook.sh .git/hooks/pre-commit; chmod +x .git/hooks/pre-commit; \
+             printf '[core]\\n\\tfsmonitor = \"touch {w}\"\\n' >> .git/config",
+            w = witness.display()
+        ),
+    );
+    let mut left = Vec::new();
+    if fx.ws(".git/hooks/pre-commit").exists() {
+        left.push("the pre-commit hook written in the sandbox is still there");
+    }
+    if read(&fx.ws(".git/config")) != config_before {
+        left.push(".git/config is still modified");
+    }
+    host_uses_repo(&fx);
+    if witness.exists() {
+        left.push("the host's git ran the planted code");
+    }
+    assert!(left.is_empty(), "after SIGKILL of chitti: {left:?}");
+}
+
+// ---------------------------------------------------------------------------------------
+// 3. Credentials and devices
+
+/// A decoy HOME full of credentials, each holding a unique marker.
+struct DecoyHome {
+    fx: Fixture,
+    /// (path, marker) of every credential file.
+    secrets: Vec<(PathBuf, String)>,
+    notes: PathBuf,
+    notes_marker: String,
+}
+
+impl DecoyHome {
+    fn new() -> DecoyHome {
+        let fx = Fixture::new();
+        let mut secrets = Vec::new();
+        for rel in [
+            ".ssh/id_rsa",
+            ".aws/credentials",
+            ".netrc",
+            ".config/gh/hosts.yml",
+            ".cargo/credentials.toml",
+            ".config/chitti/config.toml",
+        ] {
+            let path = fx.home.join(rel);
+            let mark = marker("secret");
+            write(&path, &format!("{mark}\n"));
+            secrets.push((path, mark));
+        }
+        let notes = fx.home.join("notes.txt");
+        let notes_marker = marker("notes");
+        write(&notes, &format!("{notes_marker}\n"));
+        DecoyHome {
+            fx,
+            secrets,
+            notes,
+            notes_marker,
+        }
+    }
+
+    fn leaked_in(&self, text: &str) -> Vec<String> {
+        self.secrets
+            .iter()
+            .filter(|(_, m)| text.contains(m.as_str()))
+            .map(|(p, _)| p.display().to_string())
+            .collect()
+    }
+}
+
+fn credentials_are_unreadable(backend: &str) {
+    let d = DecoyHome::new();
+    let mut script = String::new();
+    for (path, _) in &d.secrets {
+        script += &format!("cat '{}'; ", path.display());
+    }
+    script += &format!("cat '{}'; grep -r . \"$HOME\"; ", d.notes.display());
+    // A symlink planted in the workspace must not help either.
+    std::os::unix::fs::symlink(&d.secrets[0].0, d.fx.ws("key-link")).unwrap();
+    script += "cat key-link";
+    let ran = d.fx.chitti(backend).sh(&script);
+    assert!(
+        ran.all().contains(&d.notes_marker),
+        "positive control: {} must be readable:\n{ran}",
+        d.notes.display()
+    );
+    let leaked = d.leaked_in(&ran.all());
+    assert!(
+        leaked.is_empty(),
+        "credentials were readable: {leaked:?}\n{ran}"
+    );
+}
+
+fn credentials_cannot_be_linked_or_copied_into_workspace(backend: &str) {
+    let d = DecoyHome::new();
+    let mut script = String::new();
+    for (i, (path, _)) in d.secrets.iter().enumerate() {
+        let p = path.display();
+        script += &format!("ln '{p}' hard-{i}; cp '{p}' copy-{i}; ln -s '{p}' soft-{i}; ");
+    }
+    script += "cp -r \"$HOME/.ssh\" ssh-copy; cp -r \"$HOME/.aws\" aws-copy; touch ran";
+    let ran = d.fx.chitti(backend).sh(&script);
+    assert_ran(&d.fx, "ran", &ran);
+    for (path, mark) in &d.secrets {
+        let found = files_containing(&d.fx.ws, mark);
+        assert!(
+            found.is_empty(),
+            "{} reached the workspace as {found:?}:\n{ran}",
+            path.display()
+        );
+    }
+    let leaked = d.leaked_in(&ran.all());
+    assert!(
+        leaked.is_empty(),
+        "credentials were readable: {leaked:?}\n{ran}"
+    );
+}
+
+/// Says so in the test log when a "cannot read" test proves nothing on this machine,
+/// because not even the test process, outside the sandbox, can read any of `paths`
+/// (a container without /proc/kcore, a device cgroup, an unprivileged user).
+fn note_if_vacuous(paths: &[String]) {
+    use std::io::Read;
+    let readable = |p: &String| {
+        std::fs::File::open(p)
+            .and_then(|mut f| f.read(&mut [0u8; 1]))
+            .is_ok_and(|n| n > 0)
+    };
+    if !paths.iter().any(readable) {
+        eprintln!(
+            "note: none of {paths:?} is readable outside the sandbox either; \
+             this test cannot fail on this machine"
+        );
+    }
+}
+
+/// /dev/mem and friends, and every block device of the host.
+fn raw_devices_are_unreadable(backend: &str) {
+    use std::os::unix::fs::FileTypeExt;
+    let mut devices: Vec<String> = ["/dev/mem", "/dev/kmem", "/dev/port"]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+    for entry in std::fs::read_dir("/dev").unwrap().flatten() {
+        if entry
+            .file_type()
+            .map(|t| t.is_block_device())
+            .unwrap_or(false)
+        {
+            devices.push(entry.path().display().to_string());
+        }
+    }
+    note_if_vacuous(&devices);
+    let fx = Fixture::new();
+    let mut script = String::new();
+    for dev in &devices {
+        script += &format!("head -c 16 '{dev}' | od -An -tx1; ");
+    }
+    script += "touch ran";
+    let ran = fx.chitti(backend).sh(&script);
+    assert_ran(&fx, "ran", &ran);
+    assert!(
+        ran.stdout.trim().is_empty(),
+        "data was read from one of {devices:?}:\n{ran}"
+    );
+}
+
+fn proc_kcore_is_unreadable(backend: &str) {
+    note_if_vacuous(&["/proc/kcore".to_string()]);
+    let fx = Fixture::new();
+    let ran = fx
+        .chitti(backend)
+        .sh("head -c 64 /proc/kcore | od -An -tx1; touch ran");
+    assert_ran(&fx, "ran", &ran);
+    assert!(
+        ran.stdout.trim().is_empty(),
+        "/proc/kcore was readable:\n{ran}"
+    );
+}
+
+// ---------------------------------------------------------------------------------------
+// 4. Network
+
+/// Python that runs each `(label, statement)` catching OSError, prints what happened, and
+/// then creates the file `ran_path` (relative paths are in the workspace).
+fn python_attempts(attempts: &[(impl std::fmt::Display, String)], ran_path: &str) -> String {
+    let mut script = String::from("import socket\nresults = []\n");
+    for (label, code) in attempts {
+        script += &format!(
+            "try:\n    {code}\n    results.append('{label}: done')\n\
+             except OSError as e:\n    results.append('{label}: %s' % e)\n"
+        );
+    }
+    script += &format!("print('\\n'.join(results))\nopen('{ran_path}', 'w').close()\n");
+    script
+}
+
+fn tcp_connect(port: u16) -> String {
+    format!("socket.create_connection(('127.0.0.1', {port}), timeout=5).close()")
+}
+
+fn accepted(listener: &std::net::TcpListener) -> bool {
+    match listener.accept() {
+        Ok(_) => true,
+        Err(e) if e.kind() == ErrorKind::WouldBlock => false,
+        Err(e) => panic!("accept: {e}"),
+    }
+}
+
+fn tcp_to_host_is_blocked_by_default(backend: &str) {
+    for profile in ["workspace-write", "read-only"] {
+        let fx = Fixture::new();
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        listener.set_nonblocking(true).unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let writable = fx.root.join("out");
+        std::fs::create_dir(&writable).unwrap();
+        let script = python_attempts(
+            &[("tcp", tcp_connect(port))],
+            &writable.join("ran").display().to_string(),
+        );
+        let ran = fx
+            .chitti(backend)
+            .opts(&["-p", profile, "--writable"])
+            .opt(&writable)
+            .python(&script);
+        assert!(
+            writable.join("ran").exists(),
+            "the python did not run:\n{ran}"
+        );
+        assert!(
+            !accepted(&listener),
+            "profile {profile}: the sandbox connected to a host TCP port:\n{ran}"
+        );
+    }
+}
+
+fn tcp_to_host_works_with_network_on(backend: &str) {
+    for opts in [&["--network", "on"][..], &["-p", "network"][..]] {
+        let fx = Fixture::new();
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        listener.set_nonblocking(true).unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let ran = fx
+            .chitti(backend)
+            .opts(opts)
+            .python(&python_attempts(&[("tcp", tcp_connect(port))], "ran"));
+        assert_ran(&fx, "ran", &ran);
+        assert!(
+            wait_until(5 * SECOND, || accepted(&listener)),
+            "{opts:?}: no connection reached the host listener:\n{ran}"
+        );
+    }
+}
+
+fn stream_connect(addr: &str) -> String {
+    format!(
+        "s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM); s.settimeout(5); \
+         s.connect({addr}); s.close()"
+    )
+}
+
+fn unix_accepted(listener: &UnixListener) -> bool {
+    match listener.accept() {
+        Ok(_) => true,
+        Err(e) if e.kind() == ErrorKind::WouldBlock => false,
+        Err(e) => panic!("accept: {e}"),
+    }
+}
+
+/// Host unix sockets stay unreachable with the network off and on.
+fn host_unix_socket_is_unreachable(backend: &str) {
+    for network in ["off", "on"] {
+        let fx = Fixture::new();
+        let path = fx.outside.join("host.sock");
+        let listener = UnixListener::bind(&path).unwrap();
+        listener.set_nonblocking(true).unwrap();
+        let addr = format!("'{}'", path.display());
+        let ran = fx
+            .chitti(backend)
+            .opts(&["--network", network])
+            .python(&python_attempts(&[("unix", stream_connect(&addr))], "ran"));
+        assert_ran(&fx, "ran", &ran);
+        assert!(
+            !unix_accepted(&listener),
+            "network {network}: the sandbox connected to a host unix socket:\n{ran}"
+        );
+    }
+}
+
+fn host_abstract_socket_is_unreachable(backend: &str) {
+    use std::os::linux::net::SocketAddrExt;
+    for network in ["off", "on"] {
+        let fx = Fixture::new();
+        let name = marker("abstract");
+        let addr = std::os::unix::net::SocketAddr::from_abstract_name(name.as_bytes()).unwrap();
+        let listener = UnixListener::bind_addr(&addr).unwrap();
+        listener.set_nonblocking(true).unwrap();
+        let ran = fx
+            .chitti(backend)
+            .opts(&["--network", network])
+            .python(&python_attempts(
+                &[("abstract", stream_connect(&format!("'\\0{name}'")))],
+                "ran",
+            ));
+        assert_ran(&fx, "ran", &ran);
+        assert!(
+            !unix_accepted(&listener),
+            "network {network}: the sandbox connected to a host abstract socket:\n{ran}"
+        );
+    }
+}
+
+/// Datagram sockets address their peer per message, so a connected socketpair is enough
+/// to reach a host socket unless the sandbox stops it.
+fn host_unix_datagram_sockets_are_unreachable(backend: &str) {
+    use std::os::linux::net::SocketAddrExt;
+    for network in ["off", "on"] {
+        let fx = Fixture::new();
+        let path = fx.outside.join("host.dgram");
+        let by_path = UnixDatagram::bind(&path).unwrap();
+        let name = marker("abstract-dgram");
+        let by_name = UnixDatagram::bind_addr(
+            &std::os::unix::net::SocketAddr::from_abstract_name(name.as_bytes()).unwrap(),
+        )
+        .unwrap();
+        let mut attempts = Vec::new();
+        for (kind, addr) in [
+            ("path", format!("'{}'", path.display())),
+            ("abstract", format!("'\\0{name}'")),
+        ] {
+            let dgram = "socket.AF_UNIX, socket.SOCK_DGRAM";
+            attempts.push((
+                format!("{kind} sendto"),
+                format!("socket.socket({dgram}).sendto(b'x', {addr})"),
+            ));
+            attempts.push((
+                format!("{kind} socketpair sendto"),
+                format!("socket.socketpair({dgram})[0].sendto(b'x', {addr})"),
+            ));
+            attempts.push((
+                format!("{kind} socketpair connect"),
+                format!("a = socket.socketpair({dgram})[0]; a.connect({addr}); a.send(b'x')"),
+            ));
+        }
+        let ran = fx
+            .chitti(backend)
+            .opts(&["--network", network])
+            .python(&python_attempts(&attempts, "ran"));
+        assert_ran(&fx, "ran", &ran);
+        let reached: Vec<&str> = [("path", &by_path), ("abstract", &by_name)]
+            .into_iter()
+            .filter(|(_, sock)| {
+                sock.set_nonblocking(true).unwrap();
+                match sock.recv(&mut [0u8; 16]) {
+                    Ok(_) => true,
+                    Err(e) if e.kind() == ErrorKind::WouldBlock => false,
+                    Err(e) => panic!("recv: {e}"),
+                }
+            })
+            .map(|(what, _)| what)
+            .collect();
+        assert!(
+            reached.is_empty(),
+            "network {network}: datagrams reached the host's {reached:?} unix sockets:\n{ran}"
+        );
+    }
+}
+
+fn socketpair_works(backend: &str) {
+    for network in ["off", "on"] {
+        let fx = Fixture::new();
+        let ran = fx.chitti(backend).opts(&["--network", network]).python(
+            "import socket\n\
+             a, b = socket.socketpair()\n\
+             a.sendall(b'ok')\n\
+             open('socketpair-result', 'wb').write(b.recv(2))\n",
+        );
+        assert_eq!(
+            std::fs::read_to_string(fx.ws("socketpair-result"))
+                .ok()
+                .as_deref(),
+            Some("ok"),
+            "network {network}: socketpair() must work:\n{ran}"
+        );
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// 5. Environment
+
+fn secret_env(fx: &Fixture, backend: &str) -> (Chitti, Vec<String>) {
+    let marks: Vec<String> = (0..5).map(|_| marker("env")).collect();
+    let chitti = fx
+        .chitti(backend)
+        .env("GEMINI_API_KEY", &marks[0])
+        .env("GITHUB_TOKEN", &marks[1])
+        .env("MY_SECRET", &marks[2])
+        .env("SSH_AUTH_SOCK", format!("/x/{}", marks[3]))
+        .env("DOCKER_HOST", format!("unix:///{}", marks[4]));
+    (chitti, marks)
+}
+
+fn environment_secrets_are_filtered(backend: &str) {
+    let fx = Fixture::new();
+    let (chitti, marks) = secret_env(&fx, backend);
+    let ran = chitti.sh("env > env.txt");
+    let env = read(&fx.ws("env.txt"));
+    for m in &marks {
+        assert!(
+            !env.contains(m.as_str()),
+            "a secret variable reached the sandbox:\n{env}"
+        );
+    }
+    for name in ["SSH_AUTH_SOCK", "DOCKER_HOST"] {
+        assert!(
+            !env.contains(&format!("{name}=")),
+            "{name} reached the sandbox:\n{env}"
+        );
+    }
+    assert!(
+        env.contains(&format!("PATH={PATH}\n")),
+        "PATH missing:\n{env}\n{ran}"
+    );
+    assert!(
+        env.contains(&format!("HOME={}\n", fx.home.display())),
+        "HOME missing:\n{env}"
+    );
+}
+
+/// The processes around the command (chitti, a supervisor, bwrap) hold the caller's
+/// environment; /proc must not hand it out.
+fn secrets_not_readable_through_proc_environ(backend: &str) {
+    let fx = Fixture::new();
+    let (chitti, marks) = secret_env(&fx, backend);
+    let ran = chitti.sh(
+        "for f in /proc/[0-9]*/environ; do cat \"$f\"; echo; done 2>/dev/null \
+         | tr '\\0' '\\n' > environs.txt; touch ran",
+    );
+    assert_ran(&fx, "ran", &ran);
+    let seen = read(&fx.ws("environs.txt"));
+    assert!(
+        seen.contains("PATH="),
+        "positive control: the command's own environ:\n{ran}"
+    );
+    for m in &marks {
+        assert!(
+            !seen.contains(m.as_str()),
+            "a secret was read from /proc/*/environ\n{ran}"
+        );
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// 6. Capabilities
+
+fn capabilities_are_dropped(backend: &str) {
+    let fx = Fixture::new();
+    let ran = fx.chitti(backend).sh("cat /proc/self/status > status.txt");
+    let status = read(&fx.ws("status.txt"));
+    let field = |name: &str| {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(&format!("{name}:")))
+            .unwrap_or_else(|| panic!("no {name} in:\n{status}\n{ran}"))
+            .trim()
+            .to_string()
+    };
+    for cap in ["CapEff", "CapPrm", "CapInh", "CapAmb"] {
+        assert_eq!(field(cap), "0000000000000000", "{cap}:\n{status}");
+    }
+    assert_eq!(field("NoNewPrivs"), "1", "{status}");
+    if running_as_root() {
+        assert_eq!(
+            field("CapBnd"),
+            "0000000000000000",
+            "root's bounding set:\n{status}"
+        );
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// 7. Lifetime
+
+fn daemonized_process_dies_with_the_command(backend: &str) {
+    let fx = Fixture::new();
+    let secs = unique_sleep();
+    let _reaper = SleepReaper(secs.clone());
+    // Each sleeper leaves a file just before it becomes `sleep`; the command waits for
+    // all three, so that none can be missed by starting late.
+    let ran = fx.chitti(backend).sh(&format!(
+        "setsid sh -c 'touch d1; exec sleep {secs}' & \
+         (setsid sh -c 'touch d2; exec sleep {secs}' &); \
+         nohup sh -c 'touch d3; exec sleep {secs}' >/dev/null 2>&1 & \
+         while [ ! -e d1 ] || [ ! -e d2 ] || [ ! -e d3 ]; do sleep 0.05; done; \
+         touch started"
+    ));
+    assert_ran(&fx, "started", &ran);
+    assert!(
+        wait_until(5 * SECOND, || sleepers(&secs).is_empty()),
+        "processes outlived the call: {:?}\n{ran}",
+        sleepers(&secs)
+    );
+}
+
+fn timeout_kills_the_whole_tree(backend: &str) {
+    let fx = Fixture::new();
+    let secs = unique_sleep();
+    let _reaper = SleepReaper(secs.clone());
+    let ran = fx
+        .chitti(backend)
+        .opts(&["--timeout", "1", "--json"])
+        .sh(&format!("touch ran; setsid sleep {secs} & sleep {secs}"));
+    assert_ran(&fx, "ran", &ran);
+    assert_eq!(ran.code, Some(124), "{ran}");
+    assert!(
+        ran.elapsed < 5 * SECOND,
+        "a 1 s timeout took {:?}",
+        ran.elapsed
+    );
+    let json = ran.json();
+    assert_eq!(json["timed_out"], true, "{ran}");
+    assert_eq!(json["exit_code"], 124, "{ran}");
+    assert!(
+        wait_until(5 * SECOND, || sleepers(&secs).is_empty()),
+        "processes survived the timeout: {:?}",
+        sleepers(&secs)
+    );
+}
+
+/// Runs `setup` in the sandbox, then a daemonised and a plain `sleep`; once both run,
+/// kills chitti with SIGKILL, and fails unless every sandboxed process is gone within 5 s.
+fn sigkill_chitti_during(fx: &Fixture, backend: &str, setup: &str) {
+    let secs = unique_sleep();
+    let _reaper = SleepReaper(secs.clone());
+    let mut chitti = fx
+        .chitti(backend)
+        .command(&[
+            "sh",
+            "-c",
+            &format!("{setup}; setsid sleep {secs} & sleep {secs}"),
+        ])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn chitti");
+    let started = wait_until(30 * SECOND, || sleepers(&secs).len() >= 2);
+    chitti.kill().unwrap();
+    chitti.wait().unwrap();
+    assert!(started, "the sandboxed sleeps never showed up");
+    assert!(
+        wait_until(5 * SECOND, || sleepers(&secs).is_empty()),
+        "processes survived SIGKILL of chitti: {:?}",
+        sleepers(&secs)
+    );
+}
+
+fn sigkill_of_chitti_kills_the_sandbox(backend: &str) {
+    let fx = Fixture::new();
+    sigkill_chitti_during(&fx, backend, "touch ran");
+    assert!(fx.ws("ran").exists());
+}
+
+fn tmpdir_is_discarded_after_sigkill_of_chitti(backend: &str) {
+    let fx = Fixture::new();
+    let name = marker("tmpfile");
+    sigkill_chitti_during(
+        &fx,
+        backend,
+        &format!("echo {name} > \"$TMPDIR/{name}\"; printf %s \"$TMPDIR\" > tmpdir-path"),
+    );
+    let tmpdir = PathBuf::from(read(&fx.ws("tmpdir-path")));
+    let left = tmpdir.join(&name).exists();
+    if left && tmpdir.starts_with("/tmp") && tmpdir != Path::new("/tmp") {
+        let _ = std::fs::remove_dir_all(&tmpdir);
+    }
+    assert!(
+        !left,
+        "what the sandbox wrote to TMPDIR ({}) stayed on the host after SIGKILL of chitti",
+        tmpdir.display()
+    );
+}
+
+// ---------------------------------------------------------------------------------------
+// 8. Exit codes
+
+fn exit_code_is_propagated(backend: &str) {
+    let fx = Fixture::new();
+    let ran = fx.chitti(backend).sh("touch ran; exit 7");
+    assert_ran(&fx, "ran", &ran);
+    assert_eq!(ran.code, Some(7), "{ran}");
+}
+
+fn signal_death_is_128_plus_signal(backend: &str) {
+    let fx = Fixture::new();
+    let ran = fx.chitti(backend).sh("touch ran; kill -KILL $$");
+    assert_ran(&fx, "ran", &ran);
+    assert_eq!(ran.code, Some(137), "{ran}");
+}
+
+fn missing_command_is_127(backend: &str) {
+    let fx = Fixture::new();
+    let ran = fx.chitti(backend).run(&["chitti-no-such-command-xyz"]);
+    assert_eq!(ran.code, Some(127), "{ran}");
+    assert!(ran.stderr.contains("chitti-no-such-command-xyz"), "{ran}");
+}
+
+fn non_executable_is_126(backend: &str) {
+    let fx = Fixture::new();
+    write(&fx.ws("script.sh"), "#!/bin/sh\ntouch ran\n");
+    let ran = fx.chitti(backend).run(&["./script.sh"]);
+    assert_eq!(ran.code, Some(126), "{ran}");
+    assert!(
+        !fx.ws("ran").exists(),
+        "the non-executable file ran:\n{ran}"
+    );
+}
+
+/// Asserts a set-up failure: exit 125, an error on stderr naming `expected`, and the
+/// command (which would have created `sentinel`) never ran.
+fn assert_setup_error(ran: &Ran, sentinel: &Path, expected: &[&str]) {
+    assert_eq!(ran.code, Some(125), "{ran}");
+    assert!(ran.stderr.contains("error"), "no error message:\n{ran}");
+    for e in expected {
+        assert!(
+            ran.stderr.contains(e),
+            "the error does not mention `{e}`:\n{ran}"
+        );
+    }
+    assert!(
+        !sentinel.exists(),
+        "the command ran despite the error:\n{ran}"
+    );
+}
+
+/// chitti with an extra writable directory, so that the command would leave a file if it
+/// ran at all (whatever the workspace).
+fn with_sentinel(fx: &Fixture, backend: &str) -> (Chitti, PathBuf, String) {
+    let dir = fx.root.join("sentinel");
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("ran");
+    let script = format!("touch '{}'", file.display());
+    let chitti = fx.chitti(backend).opt("--writable").opt(&dir);
+    (chitti, file, script)
+}
+
+fn missing_workspace_is_125(backend: &str) {
+    let fx = Fixture::new();
+    let (chitti, sentinel, script) = with_sentinel(&fx, backend);
+    let missing = fx.root.join("nonexistent");
+    let ran = chitti.workspace(&missing).sh(&script);
+    assert_setup_error(&ran, &sentinel, &["nonexistent"]);
+    let ran = fx.chitti(backend).workspace("/nonexistent").sh(&script);
+    assert_setup_error(&ran, &sentinel, &["/nonexistent"]);
+}
+
+fn root_workspace_is_125(backend: &str) {
+    let fx = Fixture::new();
+    let (chitti, sentinel, script) = with_sentinel(&fx, backend);
+    let ran = chitti.workspace("/").sh(&script);
+    assert_setup_error(&ran, &sentinel, &[]);
+}
+
+fn unknown_profile_is_125(backend: &str) {
+    let fx = Fixture::new();
+    let (chitti, sentinel, script) = with_sentinel(&fx, backend);
+    let ran = chitti.opts(&["--profile", "nope"]).sh(&script);
+    assert_setup_error(
+        &ran,
+        &sentinel,
+        &["nope", "workspace-write", "read-only", "network"],
+    );
+}
+
+fn malformed_profile_is_125(backend: &str) {
+    let fx = Fixture::new();
+    let profile = fx.root.join("bad.toml");
+    write(
+        &profile,
+        "extends = \"workspace-write\"\n[network\nenabled = true\n",
+    );
+    let (chitti, sentinel, script) = with_sentinel(&fx, backend);
+    let ran = chitti.opt("--profile").opt(&profile).sh(&script);
+    assert_setup_error(&ran, &sentinel, &["bad.toml", "line 2", "column"]);
+}
+
+fn unknown_profile_key_is_125(backend: &str) {
+    let fx = Fixture::new();
+    let profile = fx.root.join("typo.toml");
+    write(
+        &profile,
+        "extends = \"workspace-write\"\n[network]\nenable = true\n",
+    );
+    let (chitti, sentinel, script) = with_sentinel(&fx, backend);
+    let ran = chitti.opt("--profile").opt(&profile).sh(&script);
+    assert_setup_error(&ran, &sentinel, &["enable", "line 3"]);
+}
+
+fn no_command_is_125(backend: &str) {
+    let fx = Fixture::new();
+    let ran = fx.chitti(backend).run_without_command();
+    assert_eq!(ran.code, Some(125), "{ran}");
+    assert!(ran.stderr.contains("no command"), "{ran}");
+}
+
+// ---------------------------------------------------------------------------------------
+// 9. --json
+
+fn json_reports_every_field(backend: &str) {
+    let fx = Fixture::new();
+    let ran = fx
+        .chitti(backend)
+        .opt("--json")
+        .sh("echo out; echo err >&2; touch ran; exit 3");
+    assert_ran(&fx, "ran", &ran);
+    let json = ran.json();
+    for key in [
+        "exit_code",
+        "signal",
+        "timed_out",
+        "stdout",
+        "stderr",
+        "stdout_truncated_bytes",
+        "stderr_truncated_bytes",
+        "duration_ms",
+        "backend",
+        "profile",
+    ] {
+        assert!(json.get(key).is_some(), "no `{key}` in {json}");
+    }
+    assert_eq!(json["exit_code"], 3, "{json}");
+    assert_eq!(ran.code, Some(3), "{ran}");
+    assert_eq!(json["stdout"], "out\n", "{json}");
+    assert_eq!(json["stderr"], "err\n", "{json}");
+    assert_eq!(json["timed_out"], false, "{json}");
+    assert_eq!(json["stdout_truncated_bytes"], 0, "{json}");
+    assert_eq!(json["backend"], backend, "{json}");
+    assert_eq!(json["profile"], "workspace-write", "{json}");
+    assert!(json["duration_ms"].is_u64(), "{json}");
+}
+
+fn json_keeps_head_and_tail_of_large_output(backend: &str) {
+    let fx = Fixture::new();
+    let head = marker("HEAD");
+    let tail = marker("TAIL");
+    let ran = fx
+        .chitti(backend)
+        .opts(&["--json", "--max-output", "1000"])
+        .sh(&format!(
+            "printf {head}; head -c 1000000 /dev/zero | tr '\\0' x; printf {tail}"
+        ));
+    let json = ran.json();
+    let stdout = json["stdout"].as_str().expect("stdout is a string");
+    let total = (head.len() + 1_000_000 + tail.len()) as u64;
+    assert!(
+        stdout.starts_with(&head),
+        "head lost: {}",
+        &stdout[..100.min(stdout.len())]
+    );
+    assert!(stdout.ends_with(&tail), "tail lost");
+    assert!(
+        stdout.len() < 1200,
+        "{} bytes kept with --max-output 1000",
+        stdout.len()
+    );
+    assert_eq!(json["stdout_truncated_bytes"], total - 1000, "{json}");
+    assert_eq!(json["stderr_truncated_bytes"], 0, "{json}");
+}
+
+fn json_keeps_unicode(backend: &str) {
+    let fx = Fixture::new();
+    let text = "héllo wörld ✓ 日本語 🦀 ε=mc²";
+    let ran = fx
+        .chitti(backend)
+        .opt("--json")
+        .run(&["printf", "%s", text]);
+    assert_eq!(ran.json()["stdout"], text, "{ran}");
+}
+
+// ---------------------------------------------------------------------------------------
+// 10-12. Other processes and the terminal
+
+fn host_process_cannot_be_signalled(backend: &str) {
+    let mut host = HostSleep::start();
+    let fx = Fixture::new();
+    let pid = host.pid();
+    let ran = fx
+        .chitti(backend)
+        .sh(&format!("kill -TERM {pid}; kill -KILL {pid}; touch ran"));
+    assert_ran(&fx, "ran", &ran);
+    assert!(
+        !wait_until(SECOND / 2, || !host.alive()),
+        "the sandbox killed host process {pid}:\n{ran}"
+    );
+}
+
+fn tiocsti_cannot_inject_terminal_input(backend: &str) {
+    let pty = Pty::open();
+    let fx = Fixture::new();
+    // stdout is a terminal, as when chitti runs in the user's shell; fd 0 is tried too.
+    let script = r#"
+import fcntl, termios
+results = []
+for fd in (0, 1):
+    try:
+        for c in b"id\n":
+            fcntl.ioctl(fd, termios.TIOCSTI, bytes([c]))
+        results.append("fd %d: injected" % fd)
+    except OSError as e:
+        results.append("fd %d: errno %d" % (fd, e.errno))
+open("tiocsti-result", "w").write("\n".join(results))
+"#;
+    let out = fx
+        .chitti(backend)
+        .command(&["python3", "-c", script])
+        .stdout(pty.slave_stdio())
+        .output()
+        .expect("run chitti");
+    let result = std::fs::read_to_string(fx.ws("tiocsti-result")).unwrap_or_else(|_| {
+        panic!(
+            "the python did not run: {}",
+            String::from_utf8_lossy(&out.stderr)
+        )
+    });
+    assert_eq!(
+        pty.pending_input(),
+        0,
+        "input was injected into the terminal: {result}"
+    );
+    for line in result.lines() {
+        let ok = [libc::EPERM, libc::EIO, libc::ENOTTY, libc::EACCES]
+            .iter()
+            .any(|e| line.ends_with(&format!("errno {e}")));
+        assert!(ok, "TIOCSTI did not fail as expected: {line}");
+    }
+}
+
+fn ptrace_cannot_attach_to_host_process(backend: &str) {
+    let host = HostSleep::start();
+    let fx = Fixture::new();
+    let pid = host.pid();
+    // Attach, then stay alive (a tracer's exit detaches) until the test has looked.
+    let script = format!(
+        r#"
+import ctypes, os, time
+libc = ctypes.CDLL(None, use_errno=True)
+libc.ptrace.restype = ctypes.c_long
+r = libc.ptrace(16, {pid}, None, None)  # PTRACE_ATTACH
+open("ready.tmp", "w").write("ptrace returned %d, errno %d" % (r, ctypes.get_errno()))
+os.rename("ready.tmp", "ready")
+for _ in range(600):
+    if os.path.exists("release"):
+        break
+    time.sleep(0.05)
+"#
+    );
+    let (tracer, state) = while_running(&fx, backend, &["python3", "-c", &script], || {
+        (host.status_field("TracerPid"), host.status_field("State"))
+    });
+    let result = read(&fx.ws("ready"));
+    assert_eq!(
+        tracer, "0",
+        "the sandbox attached to host process {pid} ({result})"
+    );
+    assert!(
+        !state.starts_with('t'),
+        "host process {pid} is being traced: {state}"
+    );
+}
+
+// ---------------------------------------------------------------------------------------
+// 13. The read-only profile
+
+fn read_only_profile_keeps_workspace_unwritable(backend: &str) {
+    let fx = Fixture::new();
+    // The only host directory the command may write: how TMPDIR's contents get out.
+    let out = fx.root.join("out");
+    std::fs::create_dir(&out).unwrap();
+    let mark = marker("read-only");
+    let ran = fx
+        .chitti(backend)
+        .opts(&["-p", "read-only", "--writable"])
+        .opt(&out)
+        .sh(&format!(
+            "echo x > new.txt; mkdir new-dir; echo x >> README; \
+         echo {mark} > \"$TMPDIR/t\" && cp \"$TMPDIR/t\" '{o}/from-tmp'",
+            o = out.display()
+        ));
+    assert_eq!(
+        std::fs::read_to_string(out.join("from-tmp")).ok(),
+        Some(format!("{mark}\n")),
+        "TMPDIR must work under read-only:\n{ran}"
+    );
+    let entries: Vec<_> = std::fs::read_dir(&fx.ws).unwrap().flatten().collect();
+    assert!(
+        entries.is_empty(),
+        "read-only wrote to the workspace: {entries:?}\n{ran}"
+    );
+}
