@@ -279,7 +279,7 @@ pub async fn run(
         None => (Captured::default(), Vec::new()),
     };
     // Every sandboxed process is gone now, so nothing can race the repairs.
-    let repairs = after.map(|f| f()).unwrap_or_default();
+    let repairs = after.map(|f| f.run()).unwrap_or_default();
     drop(temp_dirs);
 
     let mut outcome = Outcome {
@@ -294,12 +294,15 @@ pub async fn run(
         repairs,
     };
     match ended {
-        Ended::TimedOut => {
-            outcome.exit_code = 124;
-            return Ok(outcome);
-        }
-        Ended::Cancelled => {
-            outcome.exit_code = 130;
+        Ended::TimedOut | Ended::Cancelled => {
+            outcome.exit_code = if outcome.timed_out { 124 } else { 130 };
+            // The supervisor still reports what it repaired after killing the tree.
+            #[cfg(target_os = "linux")]
+            if let Running::Supervised { status, .. } = running {
+                let _ = apply_report(&mut outcome, status, backend);
+                outcome.exit_code = if outcome.timed_out { 124 } else { 130 };
+                outcome.signal = None;
+            }
             return Ok(outcome);
         }
         Ended::Exited => {}
@@ -336,14 +339,18 @@ fn apply_report(
     status: OwnedFd,
     backend: Backend,
 ) -> Result<(), SandboxError> {
-    use crate::sandbox::linux::supervisor::Report;
+    use crate::sandbox::linux::supervisor::{Ending, Report};
     use std::io::Read;
     let mut text = String::new();
     let _ = std::fs::File::from(status).read_to_string(&mut text);
-    let report: Option<Report> = text
+    let ending: Option<Ending> = text
         .lines()
         .next()
         .and_then(|l| serde_json::from_str(l).ok());
+    let report: Option<Report> = ending.map(|e| {
+        outcome.repairs.extend(e.repairs);
+        e.report
+    });
     let errno_text = |errno: i32| std::io::Error::from_raw_os_error(errno).to_string();
     match report {
         Some(Report::Exited { code }) => outcome.exit_code = code,

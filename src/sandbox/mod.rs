@@ -194,12 +194,20 @@ pub struct Prepared {
     pub launch: Launch,
     /// Runs once every sandboxed process is gone (restoring protected paths on backends
     /// that cannot mount them read-only); returns what it had to repair.
-    pub after: Option<AfterCall>,
+    pub after: Option<Box<dyn AfterCall>>,
     /// Temporary directories (the private TMPDIR, a Seatbelt profile), removed on drop.
     pub temp_dirs: Vec<tempfile::TempDir>,
 }
 
-pub type AfterCall = Box<dyn FnOnce() -> Vec<String> + Send>;
+/// Work that must wait until every sandboxed process is gone.
+pub trait AfterCall: Send {
+    /// Does the work; returns one line per repair made.
+    fn run(self: Box<Self>) -> Vec<String>;
+    /// Descriptors the work needs, which a forked supervisor must keep open.
+    fn fds(&self) -> Vec<std::os::fd::RawFd> {
+        Vec::new()
+    }
+}
 
 /// The environment of the sandboxed command: the policy's allow-list, the private
 /// TMPDIR, and a marker telling scripts which sandbox they run in.
@@ -219,8 +227,11 @@ pub fn sandbox_env(
 /// A fresh private directory on the host (the sandbox's TMPDIR, or a place for a
 /// profile file), and its canonical path.
 pub fn private_dir(prefix: &str) -> Result<(tempfile::TempDir, PathBuf), SandboxError> {
+    use std::os::unix::fs::PermissionsExt;
     let dir = tempfile::Builder::new()
         .prefix(prefix)
+        // Private to the user: other local users must not read what the command writes.
+        .permissions(std::fs::Permissions::from_mode(0o700))
         .tempdir()
         .map_err(|e| {
             SandboxError::Unavailable(format!("cannot create a private directory: {e}"))

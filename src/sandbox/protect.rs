@@ -40,6 +40,22 @@ pub struct Snapshot {
     entries: Vec<Entry>,
 }
 
+impl crate::sandbox::AfterCall for Snapshot {
+    fn run(self: Box<Self>) -> Vec<String> {
+        self.restore()
+    }
+
+    fn fds(&self) -> Vec<std::os::fd::RawFd> {
+        self.entries
+            .iter()
+            .filter_map(|e| match e {
+                Entry::Pinned { fd, .. } => Some(fd.as_raw_fd()),
+                _ => None,
+            })
+            .collect()
+    }
+}
+
 impl Snapshot {
     pub fn take(pinned: &[PathBuf], read_only: &[PathBuf]) -> Result<Snapshot, String> {
         let mut budget = MAX_SNAPSHOT_BYTES;

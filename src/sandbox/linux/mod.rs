@@ -114,7 +114,7 @@ fn prepare_supervised(
     cwd: &Path,
 ) -> Result<Prepared, SandboxError> {
     let sandboxed = backend == Backend::Landlock;
-    let mut after: Option<super::AfterCall> = None;
+    let mut after: Option<Box<dyn super::AfterCall>> = None;
     let mut temp_dirs = Vec::new();
     let mut tmp_path: Option<PathBuf> = None;
     if sandboxed {
@@ -124,7 +124,7 @@ fn prepare_supervised(
         super::create_missing_hooks(policy)?;
         let snapshot = protect::Snapshot::take(&policy.pinned, &policy.read_only)
             .map_err(SandboxError::Unavailable)?;
-        after = Some(Box::new(move || snapshot.restore()));
+        after = Some(Box::new(snapshot));
         if policy.private_tmp {
             let (dir, path) = private_dir("chitti-tmp-")?;
             temp_dirs.push(dir);
@@ -164,12 +164,15 @@ fn prepare_supervised(
     } else {
         Rlimits::default()
     };
-    let spec = supervisor::LaunchSpec::new(&program, command, &env, cwd, rlimits, restrictions)
+    let mut spec = supervisor::LaunchSpec::new(&program, command, &env, cwd, rlimits, restrictions)
         .map_err(SandboxError::Unavailable)?;
+    // The supervisor repairs and cleans up, so that it happens even if chitti is killed.
+    spec.after = after;
+    spec.cleanup = tmp_path.into_iter().collect();
     Ok(Prepared {
         backend,
         launch: Launch::Supervised(spec),
-        after,
+        after: None,
         temp_dirs,
     })
 }

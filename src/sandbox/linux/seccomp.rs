@@ -206,30 +206,36 @@ fn deny_filter(network: bool, arch: TargetArch) -> Result<BpfProgram, SeccompErr
     );
 
     let unix = libc::AF_UNIX as u64;
+    // Unix datagram (and other non-stream) socket pairs can address any host socket per
+    // message (sendto/sendmsg with a path or abstract name), whatever the network setting.
+    let unix_non_stream: Vec<SeccompRule> = [
+        libc::SOCK_DGRAM,
+        libc::SOCK_RAW,
+        libc::SOCK_RDM,
+        libc::SOCK_DCCP,
+        10, // SOCK_PACKET
+    ]
+    .iter()
+    .map(|ty| {
+        rule(vec![
+            cond(0, Len::Dword, Op::Eq, unix),
+            cond(1, Len::Dword, Op::MaskedEq(0xf), *ty as u64),
+        ])
+    })
+    .collect();
     if network {
         // Network on means the internet, not the host's unix sockets (docker.sock, the
-        // X server, ssh-agent). socketpair() stays available.
+        // X server, ssh-agent): no socket(AF_UNIX) at all; stream socketpairs stay.
         rules.insert(
             libc::SYS_socket,
             vec![rule(vec![cond(0, Len::Dword, Op::Eq, unix)])],
         );
+        rules.insert(libc::SYS_socketpair, unix_non_stream);
     } else {
-        // Only AF_UNIX stream/seqpacket sockets: datagram sockets can address a host
-        // socket per message (sendmsg), and connect/bind/listen reach or squat host
-        // pathname and abstract sockets. socketpair() keeps working.
+        // Only AF_UNIX stream/seqpacket sockets, and no connect/bind/listen, which reach
+        // or squat host pathname and abstract sockets. socketpair() keeps working.
         let mut socket_rules = vec![rule(vec![cond(0, Len::Dword, Op::Ne, unix)])];
-        for ty in [
-            libc::SOCK_DGRAM,
-            libc::SOCK_RAW,
-            libc::SOCK_RDM,
-            libc::SOCK_DCCP,
-            10, // SOCK_PACKET
-        ] {
-            socket_rules.push(rule(vec![
-                cond(0, Len::Dword, Op::Eq, unix),
-                cond(1, Len::Dword, Op::MaskedEq(0xf), ty as u64),
-            ]));
-        }
+        socket_rules.extend(unix_non_stream);
         rules.insert(libc::SYS_socket, socket_rules.clone());
         rules.insert(libc::SYS_socketpair, socket_rules);
         for nr in [libc::SYS_connect, libc::SYS_bind, libc::SYS_listen] {
@@ -312,7 +318,7 @@ pub fn to_bytes(program: &BpfProgram) -> Vec<u8> {
 /// A one-line summary for `chitti sandbox profile` and `doctor`.
 pub fn summary(network: bool) -> String {
     let net = if network {
-        "socket(AF_UNIX) denied (socketpair allowed)"
+        "socket(AF_UNIX) denied, socketpair stream/seqpacket only"
     } else {
         "socket() only AF_UNIX stream/seqpacket; connect/bind/listen denied"
     };

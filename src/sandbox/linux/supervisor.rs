@@ -62,6 +62,18 @@ pub struct LaunchSpec {
     pub cwd: CString,
     pub rlimits: Rlimits,
     pub restrictions: Option<Restrictions>,
+    /// Run by the supervisor once the tree is dead (restoring protected paths), so it
+    /// happens even when chitti itself was killed.
+    pub after: Option<Box<dyn crate::sandbox::AfterCall>>,
+    /// Removed by the supervisor once the tree is dead (the private TMPDIR).
+    pub cleanup: Vec<std::path::PathBuf>,
+}
+
+/// The supervisor's last word: how the command ended and what had to be repaired.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct Ending {
+    pub report: Report,
+    pub repairs: Vec<String>,
 }
 
 impl LaunchSpec {
@@ -95,6 +107,8 @@ impl LaunchSpec {
             cwd: c(cwd.as_os_str().as_bytes())?,
             rlimits,
             restrictions,
+            after: None,
+            cleanup: Vec::new(),
         })
     }
 }
@@ -128,7 +142,7 @@ fn last_error() -> i32 {
 }
 
 /// Forks the supervisor. Returns once it runs; the command starts right after.
-pub fn spawn(spec: LaunchSpec, stdio: ChildStdio) -> std::io::Result<Supervised> {
+pub fn spawn(mut spec: LaunchSpec, stdio: ChildStdio) -> std::io::Result<Supervised> {
     let (lifeline_read, lifeline_write) = pipe()?;
     let (status_read, status_write) = pipe()?;
     // Raw pointers for execve, built before fork.
@@ -159,7 +173,9 @@ pub fn spawn(spec: LaunchSpec, stdio: ChildStdio) -> std::io::Result<Supervised>
             status: status_write.as_raw_fd(),
             landlock: spec.restrictions.as_ref().map(|r| r.landlock.as_raw_fd()),
         };
-        unsafe { supervisor_main(&spec, &argv, &envp, keep) }
+        let after = spec.after.take();
+        let cleanup = std::mem::take(&mut spec.cleanup);
+        unsafe { supervisor_main(&spec, &argv, &envp, keep, Aftermath { after, cleanup }) }
     }
     drop(lifeline_read);
     drop(status_write);
@@ -182,7 +198,8 @@ pub fn spawn(spec: LaunchSpec, stdio: ChildStdio) -> std::io::Result<Supervised>
 }
 
 /// The descriptors the supervisor keeps; everything else chitti had open is closed
-/// (another call's lifeline among them, which must not be held open by this one).
+/// (another call's lifeline among them, which must not be held open by this one). They
+/// keep their numbers: the after-call work may hold descriptors of its own.
 struct Keep {
     stdin: Option<RawFd>,
     stdout: Option<RawFd>,
@@ -192,32 +209,67 @@ struct Keep {
     landlock: Option<RawFd>,
 }
 
-const LIFELINE_FD: RawFd = 3;
-const STATUS_FD: RawFd = 4;
-const LANDLOCK_FD: RawFd = 5;
+/// The supervisor's descriptors, once stdio is in place.
+#[derive(Clone, Copy)]
+struct Fds {
+    lifeline: RawFd,
+    status: RawFd,
+    landlock: Option<RawFd>,
+}
+
+/// What the supervisor does once the tree is dead.
+struct Aftermath {
+    after: Option<Box<dyn crate::sandbox::AfterCall>>,
+    cleanup: Vec<std::path::PathBuf>,
+}
+
+impl Aftermath {
+    fn run(self) -> Vec<String> {
+        let repairs = self.after.map(|f| f.run()).unwrap_or_default();
+        for dir in self.cleanup {
+            let _ = std::fs::remove_dir_all(dir);
+        }
+        repairs
+    }
+}
+
+/// Closes every descriptor from 3 up except those in `keep`.
+unsafe fn close_all_but(keep: &mut [RawFd]) {
+    keep.sort_unstable();
+    let mut next: u32 = 3;
+    for &fd in keep.iter().filter(|fd| **fd >= 3) {
+        let fd = fd as u32;
+        if fd > next {
+            libc::syscall(libc::SYS_close_range, next, fd - 1, 0u32);
+        }
+        next = next.max(fd + 1);
+    }
+    libc::syscall(libc::SYS_close_range, next, u32::MAX, 0u32);
+}
 
 unsafe fn supervisor_main(
     spec: &LaunchSpec,
     argv: &[*const libc::c_char],
     envp: &[*const libc::c_char],
     keep: Keep,
+    aftermath: Aftermath,
 ) -> ! {
-    // Stdio first, then move the rest above the stdio range and down to fixed numbers.
-    let moved: Vec<RawFd> = [Some(keep.lifeline), Some(keep.status), keep.landlock]
-        .iter()
-        .map(|fd| fd.map_or(-1, |fd| libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, 100)))
-        .collect();
     for (src, dst) in [(keep.stdin, 0), (keep.stdout, 1), (keep.stderr, 2)] {
         if let Some(src) = src {
             libc::dup2(src, dst);
         }
     }
-    for (src, dst) in moved.iter().zip([LIFELINE_FD, STATUS_FD, LANDLOCK_FD]) {
-        if *src >= 0 {
-            libc::dup3(*src, dst, libc::O_CLOEXEC);
-        }
+    let fds = Fds {
+        lifeline: keep.lifeline,
+        status: keep.status,
+        landlock: keep.landlock,
+    };
+    let mut kept = vec![fds.lifeline, fds.status];
+    kept.extend(fds.landlock);
+    if let Some(after) = &aftermath.after {
+        kept.extend(after.fds());
     }
-    libc::syscall(libc::SYS_close_range, 6u32, u32::MAX, 0u32);
+    close_all_but(&mut kept);
 
     // Terminal signals do not concern the supervisor: chitti decides, through the lifeline.
     libc::setpgid(0, 0);
@@ -236,22 +288,30 @@ unsafe fn supervisor_main(
 
     let (step_read, step_write) = match pipe() {
         Ok(p) => p,
-        Err(e) => finish(Report::SetupFailed {
-            step: "pipe".into(),
-            errno: e.raw_os_error().unwrap_or(libc::EIO),
-        }),
+        Err(e) => finish(
+            Report::SetupFailed {
+                step: "pipe".into(),
+                errno: e.raw_os_error().unwrap_or(libc::EIO),
+            },
+            aftermath,
+            fds,
+        ),
     };
     let child = libc::fork();
     if child < 0 {
-        finish(Report::SetupFailed {
-            step: "fork".into(),
-            errno: last_error(),
-        });
+        finish(
+            Report::SetupFailed {
+                step: "fork".into(),
+                errno: last_error(),
+            },
+            aftermath,
+            fds,
+        );
     }
     if child == 0 {
         drop(step_read);
         let step = step_write.into_raw_fd();
-        command_main(spec, argv, envp, step);
+        command_main(spec, argv, envp, step, fds);
     }
     drop(step_write);
 
@@ -264,16 +324,20 @@ unsafe fn supervisor_main(
         let step = String::from_utf8_lossy(&buf[4..n as usize]).into_owned();
         libc::waitpid(child, std::ptr::null_mut(), 0);
         kill_descendants();
-        finish(if step == "exec" {
-            Report::ExecFailed { errno }
-        } else {
-            Report::SetupFailed { step, errno }
-        });
+        finish(
+            if step == "exec" {
+                Report::ExecFailed { errno }
+            } else {
+                Report::SetupFailed { step, errno }
+            },
+            aftermath,
+            fds,
+        );
     }
 
-    let report = wait_or_lifeline(child);
+    let report = wait_or_lifeline(child, fds.lifeline);
     kill_descendants();
-    finish(report)
+    finish(report, aftermath, fds)
 }
 
 /// The command: restrict, then exec. Never returns.
@@ -282,6 +346,7 @@ unsafe fn command_main(
     argv: &[*const libc::c_char],
     envp: &[*const libc::c_char],
     step: RawFd,
+    fds: Fds,
 ) -> ! {
     let fail = |name: &[u8], errno: i32| -> ! {
         let mut msg = [0u8; 64];
@@ -300,8 +365,9 @@ unsafe fn command_main(
     let mut empty: libc::sigset_t = std::mem::zeroed();
     libc::sigemptyset(&mut empty);
     libc::sigprocmask(libc::SIG_SETMASK, &empty, std::ptr::null_mut());
-    libc::close(LIFELINE_FD);
-    libc::close(STATUS_FD);
+    // The command must not hold chitti's pipes (they are close-on-exec too).
+    libc::close(fds.lifeline);
+    libc::close(fds.status);
 
     // A new session: no controlling terminal, so no TIOCSTI into the user's shell.
     if libc::setsid() < 0 {
@@ -323,10 +389,13 @@ unsafe fn command_main(
         if let Err(e) = caps::set_no_new_privs() {
             fail(b"no_new_privs", e.raw_os_error().unwrap_or(libc::EPERM));
         }
-        if libc::syscall(libc::SYS_landlock_restrict_self, LANDLOCK_FD, 0u32) < 0 {
+        let Some(ruleset) = fds.landlock else {
+            fail(b"landlock ruleset", libc::EBADF);
+        };
+        if libc::syscall(libc::SYS_landlock_restrict_self, ruleset, 0u32) < 0 {
             fail(b"landlock_restrict_self", last_error());
         }
-        libc::close(LANDLOCK_FD);
+        libc::close(ruleset);
         for filter in &r.seccomp {
             if seccompiler::apply_filter(filter).is_err() {
                 fail(b"installing seccomp", last_error());
@@ -338,7 +407,7 @@ unsafe fn command_main(
 }
 
 /// Waits for the command or for the lifeline to close, whichever comes first.
-unsafe fn wait_or_lifeline(child: libc::pid_t) -> Report {
+unsafe fn wait_or_lifeline(child: libc::pid_t, lifeline: RawFd) -> Report {
     let pidfd = libc::syscall(libc::SYS_pidfd_open, child, 0) as RawFd;
     loop {
         let mut fds = [
@@ -348,7 +417,7 @@ unsafe fn wait_or_lifeline(child: libc::pid_t) -> Report {
                 revents: 0,
             },
             libc::pollfd {
-                fd: LIFELINE_FD,
+                fd: lifeline,
                 events: libc::POLLIN,
                 revents: 0,
             },
@@ -433,8 +502,10 @@ fn parse_pid(field: &[u8]) -> Option<libc::pid_t> {
     s.parse().ok().filter(|p: &libc::pid_t| *p > 0)
 }
 
-/// Writes the report to chitti and exits with the matching status.
-unsafe fn finish(report: Report) -> ! {
+/// Repairs and cleans up (nothing sandboxed is alive any more), writes the ending to
+/// chitti and exits with the matching status.
+unsafe fn finish(report: Report, aftermath: Aftermath, fds: Fds) -> ! {
+    let repairs = aftermath.run();
     let code = match &report {
         Report::Exited { code } => *code,
         Report::Signaled { signal } => 128 + signal,
@@ -443,9 +514,9 @@ unsafe fn finish(report: Report) -> ! {
         Report::ExecFailed { .. } => 126,
         Report::SetupFailed { .. } => 125,
     };
-    if let Ok(mut line) = serde_json::to_vec(&report) {
+    if let Ok(mut line) = serde_json::to_vec(&Ending { report, repairs }) {
         line.push(b'\n');
-        libc::write(STATUS_FD, line.as_ptr().cast(), line.len());
+        libc::write(fds.status, line.as_ptr().cast(), line.len());
     }
     libc::_exit(code)
 }
