@@ -272,14 +272,15 @@ fn tmpdir_is_private_to_the_user(backend: &str) {
         "echo {name} > \"$TMPDIR/{name}\"; printf %s \"$TMPDIR\" > tmpdir-path; \
          touch ready; {WAIT_FOR_RELEASE}"
     );
-    // Host paths from which the file is reachable, with their modes, while it exists.
+    // The TMPDIR's own mode, while the file exists: a directory closed to group and
+    // others makes everything in it unreachable for them, whatever the files' modes.
     let exposed = while_running(&fx, backend, &["sh", "-c", &script], || {
         let tmpdir = PathBuf::from(read(&fx.ws("tmpdir-path")));
         let file = tmpdir.join(&name);
         if !file.exists() {
             return Vec::new(); // not on the host's filesystem at all (a private mount)
         }
-        [tmpdir, file]
+        [tmpdir]
             .into_iter()
             .map(|p| {
                 (

@@ -279,7 +279,7 @@ pub async fn run(
         None => (Captured::default(), Vec::new()),
     };
     // Every sandboxed process is gone now, so nothing can race the repairs.
-    let repairs = after.map(|f| f.run()).unwrap_or_default();
+    let repairs: Vec<String> = after.into_iter().flat_map(|f| f.run()).collect();
     drop(temp_dirs);
 
     let mut outcome = Outcome {

@@ -57,9 +57,29 @@ pub fn protection_for(root: &Path) -> Result<GitProtection, String> {
     Ok(out)
 }
 
+/// What git reads from a git directory that can make it run code: hooks, config, and
+/// `commondir` (which would move both elsewhere). Submodules' git directories under
+/// `modules/` are protected the same way, a few levels deep.
 fn add_repo_dir(git_dir: &Path, out: &mut GitProtection) {
+    add_repo_dir_at_depth(git_dir, out, 0);
+}
+
+fn add_repo_dir_at_depth(git_dir: &Path, out: &mut GitProtection, depth: usize) {
     out.read_only.push(git_dir.join("hooks"));
     out.read_only.push(git_dir.join("config"));
+    out.read_only.push(git_dir.join("commondir"));
+    if depth >= 3 {
+        return;
+    }
+    if let Ok(entries) = std::fs::read_dir(git_dir.join("modules")) {
+        for entry in entries.flatten() {
+            if entry.file_type().is_ok_and(|t| t.is_dir()) {
+                let module = entry.path();
+                out.pinned.push(module.clone());
+                add_repo_dir_at_depth(&module, out, depth + 1);
+            }
+        }
+    }
 }
 
 fn read_pointer(file: &Path, key: &str, base: &Path) -> Result<PathBuf, String> {
@@ -101,6 +121,7 @@ mod tests {
         assert_eq!(p.pinned, vec![dir.path().join(".git")]);
         assert!(p.read_only.contains(&dir.path().join(".git/hooks")));
         assert!(p.read_only.contains(&dir.path().join(".git/config")));
+        assert!(p.read_only.contains(&dir.path().join(".git/commondir")));
         assert!(p.writable.is_empty());
     }
 

@@ -91,6 +91,9 @@ pub struct Policy {
     /// Paths inside writable roots that stay read-only. A missing git `hooks` directory
     /// is listed too; backends create it empty before the call.
     pub read_only: Vec<PathBuf>,
+    /// Protected paths that do not exist and must not be created (`.git/commondir`,
+    /// which would point git at a directory of the sandbox's choosing).
+    pub absent: Vec<PathBuf>,
     pub network: bool,
     /// The environment after the allow-list (TMPDIR is set by the backend).
     pub env: Vec<(OsString, OsString)>,
@@ -183,6 +186,7 @@ impl Policy {
 
         let mut pinned = Vec::new();
         let mut read_only = Vec::new();
+        let mut absent = Vec::new();
         if profile.protect_git {
             for root in writable.clone() {
                 let protection = git::protection_for(&root).map_err(PolicyError::Workspace)?;
@@ -191,10 +195,12 @@ impl Policy {
                 }
                 pinned.extend(protection.pinned);
                 for path in protection.read_only {
-                    // config.worktree and friends only matter when they exist; hooks
-                    // directories are created by the backend when missing.
+                    // A missing hooks directory is created empty by the backend; any other
+                    // missing protected file (config, commondir) must stay missing.
                     if path.exists() || path.ends_with("hooks") {
                         push_unique(&mut read_only, path);
+                    } else {
+                        push_unique(&mut absent, path);
                     }
                 }
             }
@@ -223,6 +229,7 @@ impl Policy {
             deny_read,
             pinned,
             read_only,
+            absent,
             network,
             env: env::filter(caller_env, &profile.env_allow),
             limits: profile.limits,
@@ -241,6 +248,7 @@ impl Policy {
     pub fn is_writable(&self, path: &Path) -> bool {
         self.writable.iter().any(|root| path.starts_with(root))
             && !self.read_only.iter().any(|ro| path.starts_with(ro))
+            && !self.absent.iter().any(|ro| path.starts_with(ro))
     }
 }
 
@@ -344,6 +352,7 @@ mod tests {
         assert!(!p.deny_read.contains(&home.join(".aws")));
         assert_eq!(p.pinned, vec![home.join("proj/.git")]);
         assert!(p.read_only.contains(&home.join("proj/.git/hooks")));
+        assert!(p.absent.contains(&home.join("proj/.git/commondir")));
         assert!(!p.network);
         assert!(!p.is_writable(&home.join("proj/.git/hooks/pre-commit")));
         assert!(p.is_writable(&home.join("proj/src/main.rs")));

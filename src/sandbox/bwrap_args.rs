@@ -156,6 +156,7 @@ mod tests {
             deny_read: vec!["/h/.ssh".into(), "/h/.netrc".into()],
             pinned: vec!["/w/.git".into()],
             read_only: vec!["/w/.git/hooks".into(), "/w/.git/config".into()],
+            absent: vec![],
             network,
             env: vec![],
             limits: Limits {

@@ -11,6 +11,7 @@ pub mod landlock_rules;
 pub mod linux;
 #[cfg(target_os = "macos")]
 pub mod macos;
+pub mod nested_git;
 #[cfg(target_os = "linux")]
 pub mod protect;
 pub mod rlimits;
@@ -194,7 +195,7 @@ pub struct Prepared {
     pub launch: Launch,
     /// Runs once every sandboxed process is gone (restoring protected paths on backends
     /// that cannot mount them read-only); returns what it had to repair.
-    pub after: Option<Box<dyn AfterCall>>,
+    pub after: Vec<Box<dyn AfterCall>>,
     /// Temporary directories (the private TMPDIR, a Seatbelt profile), removed on drop.
     pub temp_dirs: Vec<tempfile::TempDir>,
 }
@@ -323,9 +324,20 @@ fn unsandboxed(
             pass_fds: Vec::new(),
             rlimits: Rlimits::default(),
         },
-        after: None,
+        after: Vec::new(),
         temp_dirs: Vec::new(),
     })
+}
+
+/// The after-call checks every sandboxed launch gets: nested repositories staged or
+/// changed during the call lose their config and hooks.
+pub fn nested_repo_checks(policy: &Policy) -> Vec<Box<dyn AfterCall>> {
+    let guard = nested_git::NestedRepoGuard::before(&policy.writable);
+    if guard.is_empty() {
+        Vec::new()
+    } else {
+        vec![Box::new(guard)]
+    }
 }
 
 /// Creates missing `hooks` directories of protected repositories, so that they can be

@@ -33,6 +33,8 @@ enum Entry {
         /// Relative path → (contents or None for a directory, mode).
         tree: Vec<(PathBuf, Option<Vec<u8>>, u32)>,
     },
+    /// Must not exist after the call.
+    Absent { path: PathBuf },
 }
 
 #[derive(Debug, Default)]
@@ -57,7 +59,11 @@ impl crate::sandbox::AfterCall for Snapshot {
 }
 
 impl Snapshot {
-    pub fn take(pinned: &[PathBuf], read_only: &[PathBuf]) -> Result<Snapshot, String> {
+    pub fn take(
+        pinned: &[PathBuf],
+        read_only: &[PathBuf],
+        absent: &[PathBuf],
+    ) -> Result<Snapshot, String> {
         let mut budget = MAX_SNAPSHOT_BYTES;
         let mut entries = Vec::new();
         for path in pinned {
@@ -100,7 +106,16 @@ impl Snapshot {
                 });
             }
         }
+        for path in absent {
+            if std::fs::symlink_metadata(path).is_err() {
+                entries.push(Entry::Absent { path: path.clone() });
+            }
+        }
         Ok(Snapshot { entries })
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
     }
 
     /// Puts back every protected path; returns one line per repair. Call only when no
@@ -125,6 +140,21 @@ impl Snapshot {
                 Entry::Dir { path, mode, tree } => {
                     if restore_dir(path, *mode, tree) {
                         repairs.push(format!("restored {}", path.display()));
+                    }
+                }
+                Entry::Absent { path } => {
+                    if std::fs::symlink_metadata(path).is_ok() {
+                        let quarantine = quarantine_name(path);
+                        if std::fs::rename(path, &quarantine).is_ok() {
+                            repairs.push(format!(
+                                "moved the planted {} to {}",
+                                path.display(),
+                                quarantine.display()
+                            ));
+                        } else {
+                            remove_any(path);
+                            repairs.push(format!("removed the planted {}", path.display()));
+                        }
                     }
                 }
             }
@@ -342,8 +372,12 @@ mod tests {
         std::fs::write(git.join("hooks/pre-commit.sample"), "sample").unwrap();
         std::fs::write(git.join("config"), "[core]\n").unwrap();
         std::fs::write(git.join("HEAD"), "ref: refs/heads/main\n").unwrap();
-        let snap =
-            Snapshot::take(&[git.clone()], &[git.join("hooks"), git.join("config")]).unwrap();
+        let snap = Snapshot::take(
+            &[git.clone()],
+            &[git.join("hooks"), git.join("config")],
+            &[git.join("commondir")],
+        )
+        .unwrap();
         assert!(snap.restore().is_empty(), "nothing changed yet");
 
         // The attack: move .git away, build a new one with a hook and fsmonitor.
@@ -352,6 +386,7 @@ mod tests {
         std::fs::write(git.join("hooks/pre-commit"), "#!/bin/sh\nevil\n").unwrap();
         std::fs::write(ws.path().join("moved/config"), "[core]\nfsmonitor = evil\n").unwrap();
         std::fs::write(ws.path().join("moved/hooks/post-checkout"), "evil").unwrap();
+        std::fs::write(ws.path().join("moved/commondir"), "../evil\n").unwrap();
 
         let repairs = snap.restore();
         assert!(!repairs.is_empty());
@@ -367,5 +402,6 @@ mod tests {
         assert!(!git.join("hooks/post-checkout").exists());
         assert!(git.join("hooks/pre-commit.sample").exists());
         assert!(!ws.path().join("moved").exists());
+        assert!(!git.join("commondir").exists());
     }
 }

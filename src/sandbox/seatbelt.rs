@@ -136,6 +136,7 @@ mod tests {
                 format!("{ws}/.git/hooks").into(),
                 format!("{ws}/.git/config").into(),
             ],
+            absent: vec![],
             network,
             env: vec![],
             limits: Limits {

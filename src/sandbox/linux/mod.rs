@@ -85,6 +85,13 @@ fn prepare_bwrap(
         seccomp_fds,
         status_fd: None,
     };
+    // Mounts cannot protect a file that does not exist yet: check after the call.
+    let absent =
+        protect::Snapshot::take(&[], &[], &policy.absent).map_err(SandboxError::Unavailable)?;
+    let mut after = super::nested_repo_checks(policy);
+    if !absent.is_empty() {
+        after.push(Box::new(absent));
+    }
     Ok(Prepared {
         backend: Backend::Bwrap,
         launch: Launch::Command {
@@ -95,7 +102,7 @@ fn prepare_bwrap(
             pass_fds,
             rlimits: Rlimits::from(&policy.limits),
         },
-        after: None,
+        after,
         temp_dirs: Vec::new(),
     })
 }
@@ -114,7 +121,7 @@ fn prepare_supervised(
     cwd: &Path,
 ) -> Result<Prepared, SandboxError> {
     let sandboxed = backend == Backend::Landlock;
-    let mut after: Option<Box<dyn super::AfterCall>> = None;
+    let mut after: Vec<Box<dyn super::AfterCall>> = Vec::new();
     let mut temp_dirs = Vec::new();
     let mut tmp_path: Option<PathBuf> = None;
     if sandboxed {
@@ -122,9 +129,10 @@ fn prepare_supervised(
             return Err(SandboxError::Unavailable(why));
         }
         super::create_missing_hooks(policy)?;
-        let snapshot = protect::Snapshot::take(&policy.pinned, &policy.read_only)
+        let snapshot = protect::Snapshot::take(&policy.pinned, &policy.read_only, &policy.absent)
             .map_err(SandboxError::Unavailable)?;
-        after = Some(Box::new(snapshot));
+        after.push(Box::new(snapshot));
+        after.extend(super::nested_repo_checks(policy));
         if policy.private_tmp {
             let (dir, path) = private_dir("chitti-tmp-")?;
             temp_dirs.push(dir);
@@ -172,7 +180,7 @@ fn prepare_supervised(
     Ok(Prepared {
         backend,
         launch: Launch::Supervised(spec),
-        after: None,
+        after: Vec::new(),
         temp_dirs,
     })
 }

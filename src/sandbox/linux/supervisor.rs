@@ -64,7 +64,7 @@ pub struct LaunchSpec {
     pub restrictions: Option<Restrictions>,
     /// Run by the supervisor once the tree is dead (restoring protected paths), so it
     /// happens even when chitti itself was killed.
-    pub after: Option<Box<dyn crate::sandbox::AfterCall>>,
+    pub after: Vec<Box<dyn crate::sandbox::AfterCall>>,
     /// Removed by the supervisor once the tree is dead (the private TMPDIR).
     pub cleanup: Vec<std::path::PathBuf>,
 }
@@ -107,7 +107,7 @@ impl LaunchSpec {
             cwd: c(cwd.as_os_str().as_bytes())?,
             rlimits,
             restrictions,
-            after: None,
+            after: Vec::new(),
             cleanup: Vec::new(),
         })
     }
@@ -173,7 +173,7 @@ pub fn spawn(mut spec: LaunchSpec, stdio: ChildStdio) -> std::io::Result<Supervi
             status: status_write.as_raw_fd(),
             landlock: spec.restrictions.as_ref().map(|r| r.landlock.as_raw_fd()),
         };
-        let after = spec.after.take();
+        let after = std::mem::take(&mut spec.after);
         let cleanup = std::mem::take(&mut spec.cleanup);
         unsafe { supervisor_main(&spec, &argv, &envp, keep, Aftermath { after, cleanup }) }
     }
@@ -219,13 +219,13 @@ struct Fds {
 
 /// What the supervisor does once the tree is dead.
 struct Aftermath {
-    after: Option<Box<dyn crate::sandbox::AfterCall>>,
+    after: Vec<Box<dyn crate::sandbox::AfterCall>>,
     cleanup: Vec<std::path::PathBuf>,
 }
 
 impl Aftermath {
     fn run(self) -> Vec<String> {
-        let repairs = self.after.map(|f| f.run()).unwrap_or_default();
+        let repairs = self.after.into_iter().flat_map(|f| f.run()).collect();
         for dir in self.cleanup {
             let _ = std::fs::remove_dir_all(dir);
         }
@@ -266,7 +266,7 @@ unsafe fn supervisor_main(
     };
     let mut kept = vec![fds.lifeline, fds.status];
     kept.extend(fds.landlock);
-    if let Some(after) = &aftermath.after {
+    for after in &aftermath.after {
         kept.extend(after.fds());
     }
     close_all_but(&mut kept);

@@ -55,7 +55,7 @@ pub fn prepare(
             pass_fds: Vec::new(),
             rlimits: Rlimits::from(&policy.limits),
         },
-        after: None,
+        after: super::nested_repo_checks(policy),
         temp_dirs,
     })
 }
