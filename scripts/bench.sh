@@ -6,14 +6,14 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-scripts/install-deps.sh hyperfine
+scripts/install-deps.sh hyperfine time
 cargo build --release --locked --quiet
 chitti=$PWD/target/release/chitti
 runs=${BENCH_RUNS:-30}
 
 ws=$(mktemp -d /var/tmp/chitti-bench.XXXXXX)
 out=$(mktemp /var/tmp/chitti-bench-json.XXXXXX)
-trap 'rm -rf "$ws" "$out"' EXIT
+trap 'rm -rf "$ws" "$out" "$out.time"' EXIT
 # Warm the bwrap probe cache so that it is not part of the measurement.
 "$chitti" doctor >/dev/null || true
 
@@ -42,3 +42,15 @@ bw = med["chitti-bwrap"] / med["raw-bwrap"]
 print(f"landlock / bare      {ll:5.2f}x  (target <= 2.5x)  {'OK' if ll <= 2.5 else 'MISSED'}")
 print(f"bwrap / raw bwrap    {bw:5.2f}x  (target <= 1.2x)  {'OK' if bw <= 1.2 else 'MISSED'}")
 PY
+
+echo
+echo "200 MB output flood captured with --json (peak RSS of chitti and everything it ran):"
+for backend in bwrap landlock; do
+    /usr/bin/time -f "%M %e" -o "$out.time" \
+        "$chitti" sandbox exec --backend "$backend" -w "$ws" --json -- \
+        sh -c 'yes chitti | head -c 200000000' >/dev/null
+    read -r kb secs < "$out.time"
+    mib=$(( kb / 1024 ))
+    printf '%-10s peak RSS %4d MiB in %5s s  (target <= 32 MiB)  %s\n' "$backend" "$mib" "$secs" \
+        "$([ "$mib" -le 32 ] && echo OK || echo MISSED)"
+done

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs what chitti's sandbox and its tests need on Debian/Ubuntu: bubblewrap (the
 # bwrap backend), git and python3 (used by the tests inside the sandbox).
-# Usage: scripts/install-deps.sh [extra-package...]   (hyperfine for scripts/bench.sh)
+# Usage: scripts/install-deps.sh [extra-package...]   (hyperfine, time for scripts/bench.sh)
 set -euo pipefail
 
 need=()
@@ -9,7 +9,10 @@ command -v bwrap >/dev/null 2>&1 || need+=(bubblewrap)
 command -v git >/dev/null 2>&1 || need+=(git)
 [ -x /usr/bin/python3 ] || need+=(python3)
 for extra in "$@"; do
-    command -v "$extra" >/dev/null 2>&1 || need+=("$extra")
+    case "$extra" in
+        time) [ -x /usr/bin/time ] || need+=(time) ;;  # `time` is also a shell keyword
+        *) command -v "$extra" >/dev/null 2>&1 || need+=("$extra") ;;
+    esac
 done
 [ ${#need[@]} -eq 0 ] && exit 0
 

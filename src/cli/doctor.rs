@@ -51,26 +51,31 @@ pub fn run(as_json: bool) -> i32 {
                 Err(e) => json!({"backend": null, "reason": e.to_string()}),
             },
         });
-        println!("{report:#}");
+        super::out(&format!("{report:#}\n"));
         return if selection.is_ok() { 0 } else { 125 };
     }
 
     let yes_no = |ok: bool| if ok { "yes" } else { "no" };
-    println!("chitti doctor");
-    println!(
+    let mut o = String::new();
+    macro_rules! say {
+        () => { o.push('\n') };
+        ($($t:tt)*) => {{ o.push_str(&format!($($t)*)); o.push('\n'); }};
+    }
+    say!("chitti doctor");
+    say!(
         "  system            {} {} (kernel {})",
         caps.os,
         caps.arch,
         caps.kernel.as_deref().unwrap_or("?")
     );
-    println!("  running as root   {}", yes_no(caps.running_as_root));
+    say!("  running as root   {}", yes_no(caps.running_as_root));
     match &caps.bwrap {
-        Some(b) => println!(
+        Some(b) => say!(
             "  bubblewrap        {}{}",
             b.path.display(),
             if b.setuid { " (setuid)" } else { "" }
         ),
-        None => println!("  bubblewrap        not installed"),
+        None => say!("  bubblewrap        not installed"),
     }
     let ns = &caps.user_namespaces;
     let show = |v: Option<bool>| match v {
@@ -78,7 +83,7 @@ pub fn run(as_json: bool) -> i32 {
         Some(false) => "0",
         None => "absent",
     };
-    println!(
+    say!(
         "  user namespaces   max_user_namespaces={} unprivileged_userns_clone={} \
          apparmor_restrict_unprivileged_userns={}",
         ns.max_user_namespaces
@@ -88,28 +93,30 @@ pub fn run(as_json: bool) -> i32 {
         show(ns.apparmor_restrict_unprivileged_userns),
     );
     match &caps.landlock_abi {
-        Ok(v) => println!("  landlock          ABI {v}"),
-        Err(e) => println!("  landlock          unavailable: {e}"),
+        Ok(v) => say!("  landlock          ABI {v}"),
+        Err(e) => say!("  landlock          unavailable: {e}"),
     }
-    println!("  seccomp           {}", yes_no(caps.seccomp));
-    println!();
+    say!("  seccomp           {}", yes_no(caps.seccomp));
+    say!();
     match &bwrap_probe {
-        Ok(()) => println!("  backend bwrap     usable (probed: namespaces, seccomp, cap drop)"),
-        Err(why) => println!("  backend bwrap     UNUSABLE: {why}"),
+        Ok(()) => say!("  backend bwrap     usable (probed: namespaces, seccomp, cap drop)"),
+        Err(why) => say!("  backend bwrap     UNUSABLE: {why}"),
     }
     match &landlock {
-        None => println!("  backend landlock  usable"),
-        Some(why) => println!("  backend landlock  UNUSABLE: {why}"),
+        None => say!("  backend landlock  usable"),
+        Some(why) => say!("  backend landlock  UNUSABLE: {why}"),
     }
-    println!();
-    match &selection {
+    say!();
+    let code = match &selection {
         Ok(s) => {
-            println!("  auto picks        {} ({})", s.backend.name(), s.reason);
+            say!("  auto picks        {} ({})", s.backend.name(), s.reason);
             0
         }
         Err(e) => {
-            println!("  auto picks        nothing: {e}");
+            say!("  auto picks        nothing: {e}");
             125
         }
-    }
+    };
+    super::out(&o);
+    code
 }

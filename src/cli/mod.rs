@@ -148,6 +148,14 @@ fn init_tracing() {
         .try_init();
 }
 
+/// Writes to stdout, ignoring a closed pipe (`chitti ... | head` must not panic).
+pub(crate) fn out(text: &str) {
+    use std::io::Write;
+    let mut stdout = std::io::stdout().lock();
+    let _ = stdout.write_all(text.as_bytes());
+    let _ = stdout.flush();
+}
+
 /// Prints an error the way every chitti command does.
 pub(crate) fn report_error(message: &str) {
     eprintln!("chitti: error: {message}");

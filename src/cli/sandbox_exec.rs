@@ -93,17 +93,17 @@ pub fn run(args: ExecArgs) -> i32 {
                 );
             }
             if args.json {
-                println!("{}", outcome_json(&outcome, &profile));
+                super::out(&format!("{}\n", outcome_json(&outcome, &profile)));
             }
             outcome.exit_code
         }
         Err(e) => {
             report_error(&e.to_string());
             if args.json {
-                println!(
-                    "{}",
+                super::out(&format!(
+                    "{}\n",
                     json!({"error": e.to_string(), "exit_code": e.exit_code()})
-                );
+                ));
             }
             e.exit_code()
         }

@@ -17,7 +17,7 @@ pub fn run(
     let backend = if bwrap_args0 { None } else { Some(backend) };
     match render(workspace, profile_spec, backend) {
         Ok(text) => {
-            print!("{text}");
+            super::out(&text);
             0
         }
         Err(e) => {

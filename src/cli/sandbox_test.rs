@@ -41,12 +41,12 @@ fn run_inner(opts: &SandboxOpts, json: bool) -> Result<bool, SandboxError> {
         opts.workspace.as_deref(),
     ))?;
     if json {
-        println!(
-            "{}",
+        super::out(&format!(
+            "{}\n",
             serde_json::to_string_pretty(&report).unwrap_or_default()
-        );
+        ));
     } else {
-        print!("{}", verify::render(&report));
+        super::out(&verify::render(&report));
     }
     Ok(report.passed)
 }

@@ -1,0 +1,542 @@
+//! The tools the agent (`chitti run`/`chitti chat`) and the MCP server (`chitti mcp`) offer.
+//!
+//! `execute_bash` runs its command in the OS sandbox. The file tools run in chitti's own
+//! process, where the sandbox does not reach, so [`confine`] holds them to the workspace
+//! by resolving every path beneath it in the kernel. Arguments are checked against the
+//! same JSON schemas the models are shown, so a bad call gets an error that names the
+//! argument and the type it needs instead of a generic deserialisation failure.
+
+pub mod confine;
+pub mod edit_file;
+pub mod execute_bash;
+pub mod list_dir;
+pub mod read_file;
+#[cfg(test)]
+mod testing;
+pub mod write_file;
+
+use std::future::Future;
+use std::sync::Arc;
+
+use schemars::JsonSchema;
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+use serde_json::{json, Map, Value};
+
+use crate::policy::Policy;
+use crate::sandbox::Backend;
+
+/// Default cap per captured stream of `execute_bash`: enough for a failing test's report,
+/// small enough not to flood a model's context.
+pub const DEFAULT_OUTPUT_CAP: usize = 30_000;
+
+/// What every tool declares about itself.
+pub trait ToolSpec {
+    /// The name models call it by.
+    const NAME: &'static str;
+    /// What models are told it does.
+    const DESCRIPTION: &'static str;
+    /// Its arguments; the JSON schema shown to models is generated from this type.
+    type Args: DeserializeOwned + JsonSchema + Send + 'static;
+    /// Whether it runs a process in the sandbox (rather than in chitti's own process).
+    fn needs_sandbox() -> bool;
+    /// Whether it only reads: the agent never asks for approval before these.
+    fn is_read_only() -> bool;
+}
+
+/// A tool that works on workspace files in chitti's own process (blocking I/O).
+pub trait FileTool: ToolSpec {
+    fn run(policy: &Policy, args: Self::Args) -> ToolResult;
+}
+
+/// Every tool, for dispatch and for the approval logic.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Tool {
+    ExecuteBash,
+    ReadFile,
+    ListDir,
+    WriteFile,
+    EditFile,
+}
+
+impl Tool {
+    pub const ALL: [Tool; 5] = [
+        Tool::ExecuteBash,
+        Tool::ReadFile,
+        Tool::ListDir,
+        Tool::WriteFile,
+        Tool::EditFile,
+    ];
+
+    pub fn from_name(name: &str) -> Option<Tool> {
+        Tool::ALL.into_iter().find(|t| t.name() == name)
+    }
+
+    pub fn name(self) -> &'static str {
+        self.info().name
+    }
+
+    pub fn needs_sandbox(self) -> bool {
+        self.info().needs_sandbox
+    }
+
+    pub fn is_read_only(self) -> bool {
+        self.info().read_only
+    }
+
+    pub fn definition(self) -> ToolDefinition {
+        let info = self.info();
+        ToolDefinition {
+            name: info.name.to_string(),
+            description: info.description.to_string(),
+            parameters: (info.parameters)(),
+        }
+    }
+
+    /// One place that maps the enum to the per-tool declarations.
+    fn info(self) -> Info {
+        match self {
+            Tool::ExecuteBash => Info::of::<execute_bash::ExecuteBash>(),
+            Tool::ReadFile => Info::of::<read_file::ReadFile>(),
+            Tool::ListDir => Info::of::<list_dir::ListDir>(),
+            Tool::WriteFile => Info::of::<write_file::WriteFile>(),
+            Tool::EditFile => Info::of::<edit_file::EditFile>(),
+        }
+    }
+}
+
+struct Info {
+    name: &'static str,
+    description: &'static str,
+    needs_sandbox: bool,
+    read_only: bool,
+    parameters: fn() -> Value,
+}
+
+impl Info {
+    fn of<T: ToolSpec>() -> Info {
+        Info {
+            name: T::NAME,
+            description: T::DESCRIPTION,
+            needs_sandbox: T::needs_sandbox(),
+            read_only: T::is_read_only(),
+            parameters: parameters::<T::Args>,
+        }
+    }
+}
+
+/// A tool as offered to a model or an MCP client.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ToolDefinition {
+    pub name: String,
+    pub description: String,
+    /// JSON schema of the arguments object.
+    pub parameters: Value,
+}
+
+/// Every tool's definition, with every argument.
+pub fn definitions() -> Vec<ToolDefinition> {
+    Tool::ALL.into_iter().map(Tool::definition).collect()
+}
+
+/// The JSON schema of an argument type, without the keys that only matter for a
+/// stand-alone schema document (models get the tool's description separately).
+pub fn parameters<T: JsonSchema>() -> Value {
+    let mut schema = schemars::schema_for!(T).to_value();
+    if let Some(map) = schema.as_object_mut() {
+        for key in ["$schema", "title", "description"] {
+            map.remove(key);
+        }
+    }
+    schema
+}
+
+/// What a call returns: structured content for programs, text for models.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ToolResult {
+    /// False when the tool could not do what was asked (bad arguments, refused path,
+    /// sandbox failure). A command that ran and failed is `ok`: its exit code says so.
+    pub ok: bool,
+    pub content: Value,
+    pub text: String,
+}
+
+impl ToolResult {
+    pub fn success(content: Value, text: impl Into<String>) -> ToolResult {
+        ToolResult {
+            ok: true,
+            content,
+            text: text.into(),
+        }
+    }
+
+    pub fn error(message: impl Into<String>) -> ToolResult {
+        let message = message.into();
+        ToolResult {
+            ok: false,
+            content: json!({ "error": message }),
+            text: message,
+        }
+    }
+}
+
+/// The tools bound to one session's policy and sandbox backend.
+#[derive(Debug, Clone)]
+pub struct Toolbox {
+    pub policy: Arc<Policy>,
+    pub backend: Backend,
+    /// Cap per captured stream of `execute_bash`, in bytes (head and tail are kept).
+    pub output_cap: usize,
+    /// Whether `execute_bash` honours `sandbox: false` (the agent must then ask the user).
+    pub allow_sandbox_false: bool,
+}
+
+impl Toolbox {
+    pub fn new(policy: Arc<Policy>, backend: Backend) -> Toolbox {
+        Toolbox {
+            policy,
+            backend,
+            output_cap: DEFAULT_OUTPUT_CAP,
+            allow_sandbox_false: false,
+        }
+    }
+
+    /// The definitions this toolbox honours: `sandbox` is offered only when allowed, so
+    /// models are not tempted by an argument that would be refused.
+    pub fn definitions(&self) -> Vec<ToolDefinition> {
+        let mut defs = definitions();
+        if !self.allow_sandbox_false {
+            for def in defs.iter_mut().filter(|d| d.name == execute_bash::ExecuteBash::NAME) {
+                if let Some(props) = def.parameters["properties"].as_object_mut() {
+                    props.remove("sandbox");
+                }
+            }
+        }
+        defs
+    }
+
+    /// Calls tool `name`. Never panics: every failure is an error result that says what
+    /// is wrong. `args` may also be a JSON string holding the object (as some model
+    /// APIs deliver function arguments).
+    pub async fn call(&self, name: &str, args: Value) -> ToolResult {
+        self.call_with_cancel(name, args, std::future::pending()).await
+    }
+
+    /// Like [`Toolbox::call`]; when `cancel` resolves, a running command is killed (with
+    /// its whole process tree) and reported as cancelled.
+    pub async fn call_with_cancel(
+        &self,
+        name: &str,
+        args: Value,
+        cancel: impl Future<Output = ()>,
+    ) -> ToolResult {
+        let Some(tool) = Tool::from_name(name) else {
+            let known: Vec<_> = Tool::ALL.iter().map(|t| t.name()).collect();
+            return ToolResult::error(format!(
+                "unknown tool `{name}`; the tools are: {}",
+                known.join(", ")
+            ));
+        };
+        match tool {
+            Tool::ExecuteBash => match parse_args::<execute_bash::ExecuteBash>(args) {
+                Ok(args) => execute_bash::run(self, args, cancel).await,
+                Err(e) => e,
+            },
+            Tool::ReadFile => self.file_tool::<read_file::ReadFile>(args).await,
+            Tool::ListDir => self.file_tool::<list_dir::ListDir>(args).await,
+            Tool::WriteFile => self.file_tool::<write_file::WriteFile>(args).await,
+            Tool::EditFile => self.file_tool::<edit_file::EditFile>(args).await,
+        }
+    }
+
+    /// File tools do blocking I/O: off the async threads, on the shared policy.
+    async fn file_tool<T: FileTool>(&self, args: Value) -> ToolResult {
+        let args = match parse_args::<T>(args) {
+            Ok(args) => args,
+            Err(e) => return e,
+        };
+        let policy = Arc::clone(&self.policy);
+        tokio::task::spawn_blocking(move || T::run(&policy, args))
+            .await
+            .unwrap_or_else(|e| ToolResult::error(format!("{} failed: {e}", T::NAME)))
+    }
+}
+
+/// Turns raw arguments into `T::Args`, or an error result naming the argument at fault.
+pub fn parse_args<T: ToolSpec>(args: Value) -> Result<T::Args, ToolResult> {
+    let bad = |why: String| ToolResult::error(format!("invalid arguments for {}: {why}", T::NAME));
+    let args = match args {
+        Value::String(text) => serde_json::from_str(&text)
+            .map_err(|e| bad(format!("the arguments are not valid JSON ({e})")))?,
+        // No arguments at all: let the schema say which ones are required.
+        Value::Null => Value::Object(Map::new()),
+        other => other,
+    };
+    check_args(&parameters::<T::Args>(), &args).map_err(bad)?;
+    serde_json::from_value(args).map_err(|e| bad(e.to_string()))
+}
+
+/// Checks `args` against the flat object schemas the tools use, so that the error names
+/// the argument; serde's own messages do not say which field had the wrong type.
+fn check_args(schema: &Value, args: &Value) -> Result<(), String> {
+    let Value::Object(args) = args else {
+        return Err(format!(
+            "expected a JSON object of named arguments, got {}",
+            describe(args)
+        ));
+    };
+    let empty = Map::new();
+    let props = schema["properties"].as_object().unwrap_or(&empty);
+    for name in schema["required"].as_array().into_iter().flatten() {
+        let name = name.as_str().unwrap_or_default();
+        if !args.contains_key(name) {
+            return Err(format!(
+                "missing required argument `{name}` ({})",
+                expected(&props[name])
+            ));
+        }
+    }
+    for (name, value) in args {
+        let Some(prop) = props.get(name) else {
+            let known: Vec<String> = props.keys().map(|k| format!("`{k}`")).collect();
+            return Err(format!(
+                "unknown argument `{name}`; the arguments are {}",
+                known.join(", ")
+            ));
+        };
+        let types: Vec<&str> = match &prop["type"] {
+            Value::String(t) => vec![t.as_str()],
+            Value::Array(ts) => ts.iter().filter_map(Value::as_str).collect(),
+            _ => continue,
+        };
+        let actual = json_type(value);
+        let type_ok = types
+            .iter()
+            .any(|t| *t == actual || (*t == "number" && actual == "integer"));
+        let min_ok = match (prop["minimum"].as_f64(), value.as_f64()) {
+            (Some(min), Some(v)) => v >= min,
+            _ => true,
+        };
+        if !type_ok || !min_ok {
+            return Err(format!(
+                "argument `{name}` must be {}, got {}",
+                expected(prop),
+                describe(value)
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// "a string", "an integer ≥ 1 (or null)": the type a schema property asks for.
+fn expected(prop: &Value) -> String {
+    let types: Vec<&str> = match &prop["type"] {
+        Value::String(t) => vec![t.as_str()],
+        Value::Array(ts) => ts.iter().filter_map(Value::as_str).collect(),
+        _ => return "any JSON value".to_string(),
+    };
+    let mut parts: Vec<String> = types
+        .iter()
+        .filter(|t| **t != "null")
+        .map(|t| {
+            let article = if matches!(*t, "integer" | "object" | "array") {
+                "an"
+            } else {
+                "a"
+            };
+            format!("{article} {t}")
+        })
+        .collect();
+    if let Some(min) = prop["minimum"].as_f64() {
+        parts = parts.into_iter().map(|p| format!("{p} ≥ {min}")).collect();
+    }
+    let mut text = parts.join(" or ");
+    if types.contains(&"null") {
+        text.push_str(" (or null)");
+    }
+    text
+}
+
+fn json_type(value: &Value) -> &'static str {
+    match value {
+        Value::Null => "null",
+        Value::Bool(_) => "boolean",
+        Value::Number(n) if n.is_i64() || n.is_u64() => "integer",
+        Value::Number(_) => "number",
+        Value::String(_) => "string",
+        Value::Array(_) => "array",
+        Value::Object(_) => "object",
+    }
+}
+
+/// The value's type and a short rendering of it, for error messages.
+fn describe(value: &Value) -> String {
+    let mut shown = value.to_string();
+    if shown.chars().count() > 40 {
+        shown = shown.chars().take(40).collect::<String>() + "…";
+    }
+    match value {
+        Value::Null => "null".to_string(),
+        Value::Array(_) | Value::Object(_) => format!("an {} ({shown})", json_type(value)),
+        _ => format!("{} {shown}", with_article(json_type(value))),
+    }
+}
+
+fn with_article(word: &str) -> String {
+    let article = if word.starts_with(['a', 'e', 'i', 'o', 'u']) {
+        "an"
+    } else {
+        "a"
+    };
+    format!("{article} {word}")
+}
+
+/// How many bytes of a file decide whether it is text: NUL bytes do not occur in text.
+pub const BINARY_SNIFF_BYTES: usize = 8 * 1024;
+
+/// Whether `head` (the start of a file) looks like binary data.
+pub fn looks_binary(head: &[u8]) -> bool {
+    head[..head.len().min(BINARY_SNIFF_BYTES)].contains(&0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::tools::testing::Fixture;
+
+    #[test]
+    fn schemas_are_generated_with_every_field() {
+        let defs = definitions();
+        let names: Vec<&str> = defs.iter().map(|d| d.name.as_str()).collect();
+        assert_eq!(
+            names,
+            ["execute_bash", "read_file", "list_dir", "write_file", "edit_file"]
+        );
+        let fields = |tool: &str| -> Vec<String> {
+            let def = defs.iter().find(|d| d.name == tool).unwrap();
+            assert_eq!(def.parameters["type"], "object", "{tool}");
+            assert_eq!(def.parameters["additionalProperties"], false, "{tool}");
+            assert!(!def.description.is_empty());
+            def.parameters["properties"]
+                .as_object()
+                .unwrap()
+                .keys()
+                .cloned()
+                .collect()
+        };
+        for (tool, expected) in [
+            (
+                "execute_bash",
+                &["command", "working_directory", "timeout_seconds", "sandbox"][..],
+            ),
+            ("read_file", &["path", "start_line", "end_line"]),
+            ("list_dir", &["path"]),
+            ("write_file", &["path", "content"]),
+            ("edit_file", &["path", "old_string", "new_string"]),
+        ] {
+            let mut got = fields(tool);
+            got.sort();
+            let mut want: Vec<String> = expected.iter().map(|s| s.to_string()).collect();
+            want.sort();
+            assert_eq!(got, want, "{tool}");
+        }
+        let bash = defs.iter().find(|d| d.name == "execute_bash").unwrap();
+        assert_eq!(bash.parameters["required"], json!(["command"]));
+        assert!(bash.parameters["properties"]["command"]["description"].is_string());
+        assert!(bash.parameters.get("$schema").is_none());
+    }
+
+    #[test]
+    fn toolbox_hides_sandbox_false_unless_allowed() {
+        let fx = Fixture::new();
+        let mut tb = Toolbox::new(fx.policy.clone(), Backend::None);
+        let has_sandbox = |tb: &Toolbox| {
+            tb.definitions()
+                .iter()
+                .find(|d| d.name == "execute_bash")
+                .unwrap()
+                .parameters["properties"]
+                .get("sandbox")
+                .is_some()
+        };
+        assert!(!has_sandbox(&tb));
+        tb.allow_sandbox_false = true;
+        assert!(has_sandbox(&tb));
+    }
+
+    #[test]
+    fn read_only_and_sandbox_flags() {
+        assert!(Tool::ReadFile.is_read_only() && Tool::ListDir.is_read_only());
+        for tool in [Tool::WriteFile, Tool::EditFile, Tool::ExecuteBash] {
+            assert!(!tool.is_read_only(), "{tool:?}");
+        }
+        assert!(Tool::ExecuteBash.needs_sandbox());
+        assert!(!Tool::ReadFile.needs_sandbox() && !Tool::WriteFile.needs_sandbox());
+        assert!(read_file::ReadFile::is_read_only());
+        assert!(execute_bash::ExecuteBash::needs_sandbox());
+        assert_eq!(Tool::from_name("edit_file"), Some(Tool::EditFile));
+        assert_eq!(Tool::from_name("rm_rf"), None);
+    }
+
+    fn error_of(tool: &str, args: Value) -> String {
+        let fx = Fixture::new();
+        let tb = Toolbox::new(fx.policy.clone(), Backend::None);
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let result = rt.block_on(tb.call(tool, args));
+        assert!(!result.ok, "{tool} accepted bad arguments: {}", result.text);
+        assert_eq!(result.content["error"], result.text);
+        result.text
+    }
+
+    #[test]
+    fn bad_arguments_name_the_field_and_type() {
+        let e = error_of("read_file", json!({}));
+        assert!(e.contains("missing required argument `path` (a string)"), "{e}");
+        let e = error_of("read_file", json!({"path": 5}));
+        assert!(e.contains("argument `path` must be a string, got an integer 5"), "{e}");
+        let e = error_of("read_file", json!({"path": "a", "start_line": "3"}));
+        assert!(e.contains("`start_line` must be an integer ≥ 1 (or null)"), "{e}");
+        assert!(e.contains("got a string \"3\""), "{e}");
+        let e = error_of("read_file", json!({"path": "a", "start_line": 0}));
+        assert!(e.contains("`start_line` must be an integer ≥ 1"), "{e}");
+        let e = error_of("execute_bash", json!({"command": "ls", "timeout_seconds": -1}));
+        assert!(e.contains("`timeout_seconds` must be an integer ≥ 1"), "{e}");
+        let e = error_of("read_file", json!({"path": "a", "nope": 1}));
+        assert!(e.contains("unknown argument `nope`"), "{e}");
+        assert!(e.contains("`start_line`"), "{e}");
+        let e = error_of("list_dir", json!(["."]));
+        assert!(e.contains("expected a JSON object"), "{e}");
+        let e = error_of("list_dir", json!("{\"path\": "));
+        assert!(e.contains("not valid JSON"), "{e}");
+        let e = error_of("execute_bash", json!({"command": "ls", "sandbox": "no"}));
+        assert!(e.contains("`sandbox` must be a boolean (or null)"), "{e}");
+        let e = error_of("frobnicate", json!({}));
+        assert!(e.contains("unknown tool `frobnicate`"), "{e}");
+        assert!(e.contains("read_file"), "{e}");
+        assert!(error_of("list_dir", Value::Null).contains("missing required argument `path`"));
+    }
+
+    #[tokio::test]
+    async fn arguments_may_arrive_as_a_json_string() {
+        let fx = Fixture::new();
+        std::fs::write(fx.ws.join("a.txt"), "hello\n").unwrap();
+        let tb = Toolbox::new(fx.policy.clone(), Backend::None);
+        let r = tb
+            .call("read_file", Value::String(r#"{"path": "a.txt"}"#.into()))
+            .await;
+        assert!(r.ok, "{}", r.text);
+        assert!(r.text.contains("hello"));
+    }
+
+    #[test]
+    fn binary_detection() {
+        assert!(looks_binary(b"ab\0cd"));
+        assert!(!looks_binary(b"plain text\n"));
+        let mut late = vec![b'a'; BINARY_SNIFF_BYTES];
+        late.push(0);
+        assert!(!looks_binary(&late));
+    }
+}
