@@ -6,4 +6,5 @@ pub mod cli;
 pub mod exec;
 pub mod policy;
 pub mod sandbox;
+pub mod tools;
 pub mod verify;

@@ -148,6 +148,14 @@ pub fn parameters<T: JsonSchema>() -> Value {
             map.remove(key);
         }
     }
+    if let Some(props) = schema["properties"].as_object_mut() {
+        for prop in props.values_mut() {
+            // Doc comments are wrapped for the source, not for the model.
+            if let Some(text) = prop["description"].as_str() {
+                prop["description"] = Value::String(text.replace('\n', " "));
+            }
+        }
+    }
     schema
 }
 
@@ -206,7 +214,10 @@ impl Toolbox {
     pub fn definitions(&self) -> Vec<ToolDefinition> {
         let mut defs = definitions();
         if !self.allow_sandbox_false {
-            for def in defs.iter_mut().filter(|d| d.name == execute_bash::ExecuteBash::NAME) {
+            for def in defs
+                .iter_mut()
+                .filter(|d| d.name == execute_bash::ExecuteBash::NAME)
+            {
                 if let Some(props) = def.parameters["properties"].as_object_mut() {
                     props.remove("sandbox");
                 }
@@ -219,7 +230,8 @@ impl Toolbox {
     /// is wrong. `args` may also be a JSON string holding the object (as some model
     /// APIs deliver function arguments).
     pub async fn call(&self, name: &str, args: Value) -> ToolResult {
-        self.call_with_cancel(name, args, std::future::pending()).await
+        self.call_with_cancel(name, args, std::future::pending())
+            .await
     }
 
     /// Like [`Toolbox::call`]; when `cancel` resolves, a running command is killed (with
@@ -292,7 +304,7 @@ fn check_args(schema: &Value, args: &Value) -> Result<(), String> {
         if !args.contains_key(name) {
             return Err(format!(
                 "missing required argument `{name}` ({})",
-                expected(&props[name])
+                expected(props.get(name).unwrap_or(&Value::Null))
             ));
         }
     }
@@ -304,10 +316,8 @@ fn check_args(schema: &Value, args: &Value) -> Result<(), String> {
                 known.join(", ")
             ));
         };
-        let types: Vec<&str> = match &prop["type"] {
-            Value::String(t) => vec![t.as_str()],
-            Value::Array(ts) => ts.iter().filter_map(Value::as_str).collect(),
-            _ => continue,
+        let Some(types) = schema_types(prop) else {
+            continue;
         };
         let actual = json_type(value);
         let type_ok = types
@@ -330,31 +340,32 @@ fn check_args(schema: &Value, args: &Value) -> Result<(), String> {
 
 /// "a string", "an integer ≥ 1 (or null)": the type a schema property asks for.
 fn expected(prop: &Value) -> String {
-    let types: Vec<&str> = match &prop["type"] {
-        Value::String(t) => vec![t.as_str()],
-        Value::Array(ts) => ts.iter().filter_map(Value::as_str).collect(),
-        _ => return "any JSON value".to_string(),
+    let Some(types) = schema_types(prop) else {
+        return "any JSON value".to_string();
     };
-    let mut parts: Vec<String> = types
+    let min = prop["minimum"]
+        .as_f64()
+        .map(|m| format!(" ≥ {m}"))
+        .unwrap_or_default();
+    let mut text = types
         .iter()
         .filter(|t| **t != "null")
-        .map(|t| {
-            let article = if matches!(*t, "integer" | "object" | "array") {
-                "an"
-            } else {
-                "a"
-            };
-            format!("{article} {t}")
-        })
-        .collect();
-    if let Some(min) = prop["minimum"].as_f64() {
-        parts = parts.into_iter().map(|p| format!("{p} ≥ {min}")).collect();
-    }
-    let mut text = parts.join(" or ");
+        .map(|t| format!("{}{min}", with_article(t)))
+        .collect::<Vec<_>>()
+        .join(" or ");
     if types.contains(&"null") {
         text.push_str(" (or null)");
     }
     text
+}
+
+/// The JSON types a schema property allows (`Option<T>` gives `[T, "null"]`).
+fn schema_types(prop: &Value) -> Option<Vec<&str>> {
+    match &prop["type"] {
+        Value::String(t) => Some(vec![t.as_str()]),
+        Value::Array(ts) => Some(ts.iter().filter_map(Value::as_str).collect()),
+        _ => None,
+    }
 }
 
 fn json_type(value: &Value) -> &'static str {
@@ -377,7 +388,9 @@ fn describe(value: &Value) -> String {
     }
     match value {
         Value::Null => "null".to_string(),
-        Value::Array(_) | Value::Object(_) => format!("an {} ({shown})", json_type(value)),
+        Value::Array(_) | Value::Object(_) => {
+            format!("{} ({shown})", with_article(json_type(value)))
+        }
         _ => format!("{} {shown}", with_article(json_type(value))),
     }
 }
@@ -410,7 +423,13 @@ mod tests {
         let names: Vec<&str> = defs.iter().map(|d| d.name.as_str()).collect();
         assert_eq!(
             names,
-            ["execute_bash", "read_file", "list_dir", "write_file", "edit_file"]
+            [
+                "execute_bash",
+                "read_file",
+                "list_dir",
+                "write_file",
+                "edit_file"
+            ]
         );
         let fields = |tool: &str| -> Vec<String> {
             let def = defs.iter().find(|d| d.name == tool).unwrap();
@@ -442,7 +461,10 @@ mod tests {
         }
         let bash = defs.iter().find(|d| d.name == "execute_bash").unwrap();
         assert_eq!(bash.parameters["required"], json!(["command"]));
-        assert!(bash.parameters["properties"]["command"]["description"].is_string());
+        let description = bash.parameters["properties"]["command"]["description"]
+            .as_str()
+            .unwrap();
+        assert!(description.contains("bash -c") && !description.contains('\n'));
         assert!(bash.parameters.get("$schema").is_none());
     }
 
@@ -494,16 +516,31 @@ mod tests {
     #[test]
     fn bad_arguments_name_the_field_and_type() {
         let e = error_of("read_file", json!({}));
-        assert!(e.contains("missing required argument `path` (a string)"), "{e}");
+        assert!(
+            e.contains("missing required argument `path` (a string)"),
+            "{e}"
+        );
         let e = error_of("read_file", json!({"path": 5}));
-        assert!(e.contains("argument `path` must be a string, got an integer 5"), "{e}");
+        assert!(
+            e.contains("argument `path` must be a string, got an integer 5"),
+            "{e}"
+        );
         let e = error_of("read_file", json!({"path": "a", "start_line": "3"}));
-        assert!(e.contains("`start_line` must be an integer ≥ 1 (or null)"), "{e}");
+        assert!(
+            e.contains("`start_line` must be an integer ≥ 1 (or null)"),
+            "{e}"
+        );
         assert!(e.contains("got a string \"3\""), "{e}");
         let e = error_of("read_file", json!({"path": "a", "start_line": 0}));
         assert!(e.contains("`start_line` must be an integer ≥ 1"), "{e}");
-        let e = error_of("execute_bash", json!({"command": "ls", "timeout_seconds": -1}));
-        assert!(e.contains("`timeout_seconds` must be an integer ≥ 1"), "{e}");
+        let e = error_of(
+            "execute_bash",
+            json!({"command": "ls", "timeout_seconds": -1}),
+        );
+        assert!(
+            e.contains("`timeout_seconds` must be an integer ≥ 1"),
+            "{e}"
+        );
         let e = error_of("read_file", json!({"path": "a", "nope": 1}));
         assert!(e.contains("unknown argument `nope`"), "{e}");
         assert!(e.contains("`start_line`"), "{e}");
@@ -529,6 +566,40 @@ mod tests {
             .await;
         assert!(r.ok, "{}", r.text);
         assert!(r.text.contains("hello"));
+    }
+
+    #[tokio::test]
+    async fn file_tools_through_call() {
+        let fx = Fixture::new();
+        let tb = Toolbox::new(fx.policy.clone(), Backend::None);
+        let ok = |r: ToolResult| {
+            assert!(r.ok, "{}", r.text);
+            r
+        };
+        ok(tb
+            .call(
+                "write_file",
+                json!({"path": "src/lib.rs", "content": "pub fn a() {}\n"}),
+            )
+            .await);
+        let r = ok(tb
+            .call(
+                "edit_file",
+                json!({"path": "src/lib.rs", "old_string": "a()", "new_string": "b()"}),
+            )
+            .await);
+        assert!(
+            r.text.contains("-pub fn a() {}\n+pub fn b() {}"),
+            "{}",
+            r.text
+        );
+        let r = ok(tb.call("read_file", json!({"path": "src/lib.rs"})).await);
+        assert_eq!(r.text, "     1\tpub fn b() {}\n");
+        let r = ok(tb.call("list_dir", json!({"path": "src"})).await);
+        assert_eq!(r.content["entries"], json!(["lib.rs"]));
+        let r = tb.call("read_file", json!({"path": "../../outside"})).await;
+        assert!(!r.ok);
+        assert_eq!(r.content["kind"], "outside_workspace");
     }
 
     #[test]

@@ -1,0 +1,939 @@
+//! Holds the file tools to the workspace.
+//!
+//! The file tools run in chitti's own process, where the sandbox does not reach, so a
+//! path is judged by the object it resolves to, not by its spelling. On Linux the kernel
+//! resolves every path with openat2(2) and `RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS`
+//! relative to a descriptor of the workspace: `..`, absolute symlinks and symlinks that
+//! point out fail there, and a symlink swapped in during the call cannot redirect it
+//! because nothing is looked up by name again. Files are then used through the returned
+//! descriptors, and files are written through a descriptor of their parent directory.
+//! Where a descriptor leads is checked after it is opened (from /proc/self/fd) and before
+//! it is used. Without openat2 (Linux < 5.6) every file tool fails closed.
+//!
+//! On top of staying inside the workspace: credential locations (`deny_read`) are never
+//! read or written, and writes are refused to protected paths (the policy's read-only
+//! and pinned paths, and anything inside a `.git` directory, whose hooks and config run
+//! code outside the sandbox the next time git runs) and with a read-only profile.
+
+use std::ffi::{OsStr, OsString};
+use std::fs::File;
+use std::io;
+use std::path::{Component, Path, PathBuf};
+
+use serde_json::json;
+
+use super::ToolResult;
+use crate::policy::{canonical_or_lexical, Policy};
+
+/// Why a path was refused or could not be used. The message is meant for a model: it
+/// says what was wrong and, where it helps, what to do instead.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ConfineError {
+    /// The path is, or resolves to, something outside the workspace.
+    #[error("{0}")]
+    Outside(String),
+    /// A credential location, which chitti keeps unreadable.
+    #[error("{0}")]
+    Credential(String),
+    /// A write to a protected path, or under a read-only profile.
+    #[error("{0}")]
+    Protected(String),
+    #[error("{0}")]
+    NotFound(String),
+    /// It exists but is the wrong kind of thing (a directory, a link, a device).
+    #[error("{0}")]
+    Invalid(String),
+    /// This system cannot resolve paths safely; refused rather than guessed.
+    #[error("{0}")]
+    Unsupported(String),
+    #[error("{0}")]
+    Io(String),
+}
+
+impl ConfineError {
+    /// A stable name for programs (the MCP server, tests).
+    pub fn kind(&self) -> &'static str {
+        match self {
+            ConfineError::Outside(_) => "outside_workspace",
+            ConfineError::Credential(_) => "credential_path",
+            ConfineError::Protected(_) => "protected_path",
+            ConfineError::NotFound(_) => "not_found",
+            ConfineError::Invalid(_) => "invalid_path",
+            ConfineError::Unsupported(_) => "unsupported",
+            ConfineError::Io(_) => "io",
+        }
+    }
+}
+
+impl From<ConfineError> for ToolResult {
+    fn from(e: ConfineError) -> ToolResult {
+        let mut result = ToolResult::error(e.to_string());
+        result.content["kind"] = json!(e.kind());
+        result
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EntryKind {
+    File,
+    Dir,
+    Symlink,
+    Other,
+}
+
+impl From<std::fs::FileType> for EntryKind {
+    fn from(t: std::fs::FileType) -> EntryKind {
+        if t.is_symlink() {
+            EntryKind::Symlink
+        } else if t.is_dir() {
+            EntryKind::Dir
+        } else if t.is_file() {
+            EntryKind::File
+        } else {
+            EntryKind::Other
+        }
+    }
+}
+
+/// One directory entry (links are not followed).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Entry {
+    pub name: OsString,
+    pub kind: EntryKind,
+}
+
+/// A file opened inside the workspace.
+#[derive(Debug)]
+pub struct Opened {
+    pub file: File,
+    /// Where it really is: absolute, links resolved.
+    pub path: PathBuf,
+    /// Whether this call created it.
+    pub created: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WriteMode {
+    /// Create the file or truncate it, write-only; `parents` creates missing directories.
+    Create { parents: bool },
+    /// An existing file, read-write and untouched (for edits).
+    Existing,
+}
+
+/// Opens a regular file for reading.
+pub fn open_read(policy: &Policy, path: &str) -> Result<Opened, ConfineError> {
+    let target = Target::new(policy, path)?;
+    let (node, real) = target.resolve()?;
+    target.expect_kind(&node, EntryKind::File)?;
+    let file = node.open_read().map_err(|e| target.err(e))?;
+    Ok(Opened {
+        file,
+        path: real,
+        created: false,
+    })
+}
+
+/// Lists a directory: where it really is, and its entries in no particular order.
+pub fn read_dir(policy: &Policy, path: &str) -> Result<(PathBuf, Vec<Entry>), ConfineError> {
+    let target = Target::new(policy, path)?;
+    let (node, real) = target.resolve()?;
+    target.expect_kind(&node, EntryKind::Dir)?;
+    let entries = node.entries().map_err(|e| target.err(e))?;
+    Ok((real, entries))
+}
+
+/// Where a directory inside the workspace really is (for a command's working directory).
+pub fn resolve_dir(policy: &Policy, path: &str) -> Result<PathBuf, ConfineError> {
+    let target = Target::new(policy, path)?;
+    let (node, real) = target.resolve()?;
+    target.expect_kind(&node, EntryKind::Dir)?;
+    Ok(real)
+}
+
+/// Opens a file for writing, through its parent directory opened beneath the workspace.
+/// Every check happens before anything is created.
+pub fn open_write(policy: &Policy, path: &str, mode: WriteMode) -> Result<Opened, ConfineError> {
+    let target = Target::new(policy, path)?;
+    if !policy.is_writable(&policy.workspace) {
+        return Err(ConfineError::Protected(format!(
+            "cannot write `{path}`: the `{}` profile keeps the workspace read-only",
+            policy.profile
+        )));
+    }
+    let Some(name) = target.rel.file_name().map(OsStr::to_os_string) else {
+        return Err(ConfineError::Invalid(format!(
+            "`{path}` does not name a file (it ends in `..`, `.` or `/`)"
+        )));
+    };
+    let parent_rel = target.rel.parent().unwrap_or(Path::new(""));
+    // By the spelling first, so that a refused write creates no directories; the
+    // resolved path is checked again below.
+    check_protected(policy, path, &lexical(&policy.workspace.join(&target.rel)))?;
+
+    let root = target.root()?;
+    let parent = match mode {
+        WriteMode::Create { parents: true } => target.open_dirs(&root, parent_rel)?,
+        _ => root.beneath(parent_rel, true).map_err(|e| target.err(e))?,
+    };
+    let real = target.real_path(&parent)?.join(&name);
+    check_writable(policy, path, &real)?;
+    let (file, created) = parent.open_file(&name, mode).map_err(|e| {
+        if e.raw_os_error() == Some(libc::ELOOP) {
+            ConfineError::Invalid(format!(
+                "`{path}` is a symbolic link; the file tools do not write through links \
+                 (write to the file it points to)"
+            ))
+        } else {
+            target.err(e)
+        }
+    })?;
+    let is_file = file.metadata().map(|m| m.is_file()).unwrap_or(false);
+    if !is_file {
+        return Err(ConfineError::Invalid(format!(
+            "`{path}` is not a regular file"
+        )));
+    }
+    Ok(Opened {
+        file,
+        path: real,
+        created,
+    })
+}
+
+/// `real` as shown to a model: relative to the workspace, `.` for its root.
+pub fn display(policy: &Policy, real: &Path) -> String {
+    match real.strip_prefix(&policy.workspace) {
+        Ok(rel) if rel.as_os_str().is_empty() => ".".to_string(),
+        Ok(rel) => rel.display().to_string(),
+        Err(_) => real.display().to_string(),
+    }
+}
+
+/// A caller's path, made relative to the workspace, ready to be resolved beneath it.
+struct Target<'a> {
+    policy: &'a Policy,
+    user: &'a str,
+    rel: PathBuf,
+}
+
+impl<'a> Target<'a> {
+    fn new(policy: &'a Policy, user: &'a str) -> Result<Target<'a>, ConfineError> {
+        if user.contains('\0') {
+            return Err(ConfineError::Invalid("the path contains a NUL byte".into()));
+        }
+        let path = Path::new(user);
+        let rel = if path.is_absolute() {
+            let ws = &policy.workspace;
+            match path.strip_prefix(ws) {
+                Ok(rest) => rest.to_path_buf(),
+                // The workspace may be spelled through a link (/tmp and /private/tmp on
+                // macOS); this only computes a name, which is then resolved beneath.
+                Err(_) => match canonical_or_lexical(path).strip_prefix(ws) {
+                    Ok(rest) => rest.to_path_buf(),
+                    Err(_) => {
+                        return Err(ConfineError::Outside(format!(
+                            "`{user}` is outside the workspace {}; the file tools only reach \
+                             files inside it (give paths relative to it)",
+                            ws.display()
+                        )))
+                    }
+                },
+            }
+        } else {
+            path.to_path_buf()
+        };
+        Ok(Target { policy, user, rel })
+    }
+
+    fn root(&self) -> Result<sys::Node, ConfineError> {
+        sys::Node::root(&self.policy.workspace).map_err(|e| {
+            ConfineError::Io(format!(
+                "cannot open the workspace {}: {e}",
+                self.policy.workspace.display()
+            ))
+        })
+    }
+
+    /// Opens the path beneath the workspace (following links that stay inside) and
+    /// checks where it landed.
+    fn resolve(&self) -> Result<(sys::Node, PathBuf), ConfineError> {
+        let node = self
+            .root()?
+            .beneath(&self.rel, true)
+            .map_err(|e| self.err(e))?;
+        let real = self.real_path(&node)?;
+        check_readable(self.policy, self.user, &real)?;
+        Ok((node, real))
+    }
+
+    fn real_path(&self, node: &sys::Node) -> Result<PathBuf, ConfineError> {
+        let real = node.real_path().map_err(|e| {
+            ConfineError::Unsupported(format!(
+                "cannot tell where `{}` resolved to ({e}); is /proc mounted?",
+                self.user
+            ))
+        })?;
+        // Cannot happen after a resolution beneath the workspace; checked because the
+        // checks that follow rely on it.
+        if !real.starts_with(&self.policy.workspace) {
+            return Err(ConfineError::Outside(format!(
+                "`{}` resolves to {}, outside the workspace",
+                self.user,
+                real.display()
+            )));
+        }
+        Ok(real)
+    }
+
+    /// Opens directory `rel`, creating what is missing one level at a time, each new
+    /// directory made through its confined parent and checked before it is made.
+    fn open_dirs(&self, root: &sys::Node, rel: &Path) -> Result<sys::Node, ConfineError> {
+        match root.beneath(rel, true) {
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                let Some(Component::Normal(name)) = rel.components().next_back() else {
+                    return Err(self.err(e));
+                };
+                let parent = self.open_dirs(root, rel.parent().unwrap_or(Path::new("")))?;
+                let dir = self.real_path(&parent)?.join(name);
+                check_writable(self.policy, self.user, &dir)?;
+                parent.mkdir(name).map_err(|e| {
+                    ConfineError::Io(format!(
+                        "cannot create the directory {}: {e}",
+                        display(self.policy, &dir)
+                    ))
+                })?;
+                // Exactly the directory just made: one component, no links.
+                parent
+                    .beneath(Path::new(name), false)
+                    .map_err(|e| self.err(e))
+            }
+            other => other.map_err(|e| self.err(e)),
+        }
+    }
+
+    fn expect_kind(&self, node: &sys::Node, want: EntryKind) -> Result<(), ConfineError> {
+        let kind = node.kind().map_err(|e| self.err(e))?;
+        let user = self.user;
+        match (want, kind) {
+            (EntryKind::File, EntryKind::File) | (EntryKind::Dir, EntryKind::Dir) => Ok(()),
+            (EntryKind::File, EntryKind::Dir) => Err(ConfineError::Invalid(format!(
+                "`{user}` is a directory, not a file (list_dir shows what it holds)"
+            ))),
+            (EntryKind::Dir, _) => Err(ConfineError::Invalid(format!(
+                "`{user}` is not a directory"
+            ))),
+            _ => Err(ConfineError::Invalid(format!(
+                "`{user}` is not a regular file (a device, socket or pipe)"
+            ))),
+        }
+    }
+
+    /// What an errno from resolving or opening this path means, in words.
+    fn err(&self, e: io::Error) -> ConfineError {
+        let user = self.user;
+        let ws = self.policy.workspace.display();
+        match e.raw_os_error() {
+            Some(libc::EXDEV) => ConfineError::Outside(format!(
+                "`{user}` leads outside the workspace {ws} (through `..`, an absolute \
+                 symbolic link, or a link pointing out of it); the file tools only reach \
+                 files inside the workspace"
+            )),
+            Some(libc::ELOOP) => ConfineError::Invalid(format!(
+                "`{user}`: too many levels of symbolic links, or a link the file tools do \
+                 not follow here"
+            )),
+            Some(libc::ENOENT) => ConfineError::NotFound(format!(
+                "`{user}` does not exist (relative paths start at the workspace {ws})"
+            )),
+            Some(libc::ENOTDIR) => ConfineError::NotFound(format!(
+                "`{user}` does not exist: a component of the path is not a directory"
+            )),
+            Some(libc::EISDIR) => ConfineError::Invalid(format!("`{user}` is a directory")),
+            Some(libc::ENXIO) => ConfineError::Invalid(format!(
+                "`{user}` is not a regular file (a device, socket or pipe)"
+            )),
+            Some(libc::EACCES | libc::EPERM) => {
+                ConfineError::Io(format!("`{user}`: permission denied"))
+            }
+            Some(libc::ENOSYS) => ConfineError::Unsupported(format!(
+                "cannot open `{user}` safely: this kernel lacks openat2(2) (Linux 5.6 or \
+                 newer is needed), and the file tools refuse to resolve paths without it; \
+                 use execute_bash, which runs in the sandbox"
+            )),
+            _ => ConfineError::Io(format!("`{user}`: {e}")),
+        }
+    }
+}
+
+/// Credential locations are never read (nor written, nor listed).
+fn check_readable(policy: &Policy, user: &str, real: &Path) -> Result<(), ConfineError> {
+    match policy.deny_read.iter().find(|d| real.starts_with(d)) {
+        Some(denied) => Err(ConfineError::Credential(format!(
+            "`{user}` is in the credential location {}, which chitti keeps unreadable",
+            denied.display()
+        ))),
+        None => Ok(()),
+    }
+}
+
+/// Paths whose change would run code outside the sandbox or break its guarantees.
+fn check_protected(policy: &Policy, user: &str, path: &Path) -> Result<(), ConfineError> {
+    let inside = path.strip_prefix(&policy.workspace).unwrap_or(path);
+    let in_git_dir = inside
+        .components()
+        .any(|c| matches!(c, Component::Normal(n) if n.eq_ignore_ascii_case(".git")));
+    if in_git_dir {
+        return Err(ConfineError::Protected(format!(
+            "`{user}` is inside a git directory: its hooks and config run code outside the \
+             sandbox the next time git runs, so the file tools never write there (run git \
+             through execute_bash instead)"
+        )));
+    }
+    if let Some(p) = policy
+        .read_only
+        .iter()
+        .chain(&policy.pinned)
+        .find(|p| path.starts_with(p))
+    {
+        return Err(ConfineError::Protected(format!(
+            "`{user}` is under the protected path {}, which stays read-only",
+            p.display()
+        )));
+    }
+    Ok(())
+}
+
+fn check_writable(policy: &Policy, user: &str, real: &Path) -> Result<(), ConfineError> {
+    check_readable(policy, user, real)?;
+    check_protected(policy, user, real)?;
+    if !policy.is_writable(real) {
+        return Err(ConfineError::Protected(format!(
+            "`{user}` is not in a writable part of the workspace"
+        )));
+    }
+    Ok(())
+}
+
+/// `.` and `..` removed by spelling alone; only used to refuse early, never to open.
+fn lexical(path: &Path) -> PathBuf {
+    let mut out = PathBuf::new();
+    for c in path.components() {
+        match c {
+            Component::CurDir => {}
+            Component::ParentDir => {
+                out.pop();
+            }
+            other => out.push(other),
+        }
+    }
+    out
+}
+
+#[cfg(target_os = "linux")]
+mod sys {
+    //! openat2(2) beneath a directory descriptor; nothing is looked up by name twice.
+
+    use std::ffi::OsStr;
+    use std::fs::File;
+    use std::io;
+    use std::os::fd::{AsRawFd, OwnedFd};
+    use std::path::{Path, PathBuf};
+
+    use nix::errno::Errno;
+    use nix::fcntl::{openat2, OFlag, OpenHow, ResolveFlag};
+    use nix::sys::stat::{fstat, mkdirat, Mode};
+
+    use super::{Entry, EntryKind, WriteMode};
+
+    /// How often to retry when the kernel reports a concurrent rename or mount (EAGAIN).
+    const RETRIES: usize = 32;
+
+    /// An `O_PATH` descriptor: it names an object without opening it, so resolving a
+    /// FIFO or a device has no side effect, and it anchors further lookups.
+    pub struct Node(OwnedFd);
+
+    impl Node {
+        pub fn root(dir: &Path) -> io::Result<Node> {
+            let flags = OFlag::O_PATH | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC;
+            Ok(Node(nix::fcntl::open(dir, flags, Mode::empty())?))
+        }
+
+        /// `rel` resolved by the kernel without leaving this directory; with
+        /// `follow_links` false no symlink at all is followed.
+        pub fn beneath(&self, rel: &Path, follow_links: bool) -> io::Result<Node> {
+            let rel = if rel.as_os_str().is_empty() {
+                Path::new(".")
+            } else {
+                rel
+            };
+            let mut resolve = ResolveFlag::RESOLVE_BENEATH | ResolveFlag::RESOLVE_NO_MAGICLINKS;
+            if !follow_links {
+                resolve |= ResolveFlag::RESOLVE_NO_SYMLINKS;
+            }
+            let how = OpenHow::new()
+                .flags(OFlag::O_PATH | OFlag::O_CLOEXEC)
+                .resolve(resolve);
+            let mut tries = 0;
+            loop {
+                match openat2(&self.0, rel, how) {
+                    // The kernel could not rule out an escape through a concurrent
+                    // rename and asks to retry; it never guesses.
+                    Err(Errno::EAGAIN) if tries < RETRIES => tries += 1,
+                    other => return Ok(Node(other?)),
+                }
+            }
+        }
+
+        /// Where the object is now, from the kernel's record of the open descriptor.
+        pub fn real_path(&self) -> io::Result<PathBuf> {
+            let path = PathBuf::from(nix::fcntl::readlink(&self.proc_path())?);
+            if path.is_absolute() {
+                Ok(path)
+            } else {
+                Err(io::Error::other(format!(
+                    "unexpected descriptor link {}",
+                    path.display()
+                )))
+            }
+        }
+
+        pub fn kind(&self) -> io::Result<EntryKind> {
+            let mode = fstat(&self.0)?.st_mode & libc::S_IFMT;
+            Ok(match mode {
+                libc::S_IFREG => EntryKind::File,
+                libc::S_IFDIR => EntryKind::Dir,
+                libc::S_IFLNK => EntryKind::Symlink,
+                _ => EntryKind::Other,
+            })
+        }
+
+        /// Opens the very object this descriptor names, for reading: its /proc link
+        /// leads to the object, not to a path looked up again.
+        pub fn open_read(&self) -> io::Result<File> {
+            let flags = OFlag::O_RDONLY | OFlag::O_CLOEXEC | OFlag::O_NOCTTY;
+            let fd = nix::fcntl::open(&self.proc_path(), flags, Mode::empty())?;
+            let (a, b) = (fstat(&self.0)?, fstat(&fd)?);
+            if (a.st_dev, a.st_ino) != (b.st_dev, b.st_ino) {
+                return Err(io::Error::other(
+                    "reopening through /proc gave a different file; is /proc procfs?",
+                ));
+            }
+            Ok(File::from(fd))
+        }
+
+        pub fn entries(&self) -> io::Result<Vec<Entry>> {
+            std::fs::read_dir(self.proc_path())?
+                .map(|entry| {
+                    let entry = entry?;
+                    Ok(Entry {
+                        kind: entry.file_type()?.into(),
+                        name: entry.file_name(),
+                    })
+                })
+                .collect()
+        }
+
+        /// Makes directory `name` here; one that appeared meanwhile is fine.
+        pub fn mkdir(&self, name: &OsStr) -> io::Result<()> {
+            match mkdirat(&self.0, name, Mode::from_bits_truncate(0o777)) {
+                Ok(()) | Err(Errno::EEXIST) => Ok(()),
+                Err(e) => Err(e.into()),
+            }
+        }
+
+        /// Opens file `name` in this directory, never through a link (`O_NOFOLLOW`),
+        /// never blocking on a FIFO. Returns whether it was created.
+        pub fn open_file(&self, name: &OsStr, mode: WriteMode) -> io::Result<(File, bool)> {
+            let open = |flags: OFlag| {
+                let flags = flags | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC | OFlag::O_NONBLOCK;
+                nix::fcntl::openat(&self.0, name, flags, Mode::from_bits_truncate(0o666))
+                    .map(File::from)
+            };
+            match mode {
+                WriteMode::Existing => Ok((open(OFlag::O_RDWR)?, false)),
+                WriteMode::Create { .. } => {
+                    match open(OFlag::O_WRONLY | OFlag::O_CREAT | OFlag::O_EXCL) {
+                        Ok(file) => Ok((file, true)),
+                        Err(Errno::EEXIST) => Ok((open(OFlag::O_WRONLY | OFlag::O_TRUNC)?, false)),
+                        Err(e) => Err(e.into()),
+                    }
+                }
+            }
+        }
+
+        fn proc_path(&self) -> PathBuf {
+            PathBuf::from(format!("/proc/self/fd/{}", self.0.as_raw_fd()))
+        }
+    }
+}
+
+#[cfg(not(target_os = "linux"))]
+mod sys {
+    //! Fallback for systems without openat2(2) (macOS): a path is canonicalised, checked
+    //! to lie beneath the directory, and then opened by that canonical path. Between the
+    //! check and the open, a symlink swapped into one of its directories can redirect the
+    //! open elsewhere (a TOCTOU race); only the last component is protected, by
+    //! `O_NOFOLLOW`. Exploiting it needs a process racing the tool — a sandboxed command
+    //! still running in the background — so on these systems the guarantee is weaker
+    //! than on Linux.
+
+    use std::ffi::OsStr;
+    use std::fs::{File, OpenOptions};
+    use std::io;
+    use std::os::unix::fs::OpenOptionsExt;
+    use std::path::{Path, PathBuf};
+
+    use super::{Entry, EntryKind, WriteMode};
+
+    /// A canonical path.
+    pub struct Node(PathBuf);
+
+    impl Node {
+        pub fn root(dir: &Path) -> io::Result<Node> {
+            Ok(Node(dir.canonicalize()?))
+        }
+
+        pub fn beneath(&self, rel: &Path, follow_links: bool) -> io::Result<Node> {
+            let joined = self.0.join(rel);
+            if !follow_links && std::fs::symlink_metadata(&joined)?.file_type().is_symlink() {
+                return Err(io::Error::from_raw_os_error(libc::ELOOP));
+            }
+            let real = joined.canonicalize()?;
+            if !real.starts_with(&self.0) {
+                return Err(io::Error::from_raw_os_error(libc::EXDEV));
+            }
+            Ok(Node(real))
+        }
+
+        pub fn real_path(&self) -> io::Result<PathBuf> {
+            Ok(self.0.clone())
+        }
+
+        pub fn kind(&self) -> io::Result<EntryKind> {
+            Ok(std::fs::symlink_metadata(&self.0)?.file_type().into())
+        }
+
+        pub fn open_read(&self) -> io::Result<File> {
+            OpenOptions::new()
+                .read(true)
+                .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+                .open(&self.0)
+        }
+
+        pub fn entries(&self) -> io::Result<Vec<Entry>> {
+            std::fs::read_dir(&self.0)?
+                .map(|entry| {
+                    let entry = entry?;
+                    Ok(Entry {
+                        kind: entry.file_type()?.into(),
+                        name: entry.file_name(),
+                    })
+                })
+                .collect()
+        }
+
+        pub fn mkdir(&self, name: &OsStr) -> io::Result<()> {
+            match std::fs::create_dir(self.0.join(name)) {
+                Err(e) if e.kind() == io::ErrorKind::AlreadyExists => Ok(()),
+                other => other,
+            }
+        }
+
+        pub fn open_file(&self, name: &OsStr, mode: WriteMode) -> io::Result<(File, bool)> {
+            let path = self.0.join(name);
+            let mut options = OpenOptions::new();
+            options.custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK);
+            match mode {
+                WriteMode::Existing => Ok((options.read(true).write(true).open(&path)?, false)),
+                WriteMode::Create { .. } => {
+                    match options.clone().write(true).create_new(true).open(&path) {
+                        Ok(file) => Ok((file, true)),
+                        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
+                            Ok((options.write(true).truncate(true).open(&path)?, false))
+                        }
+                        Err(e) => Err(e),
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::io::Read;
+
+    use super::*;
+    use crate::tools::testing::Fixture;
+
+    fn read(fx: &Fixture, path: &str) -> Result<String, ConfineError> {
+        let mut opened = open_read(&fx.policy, path)?;
+        let mut text = String::new();
+        opened.file.read_to_string(&mut text).unwrap();
+        Ok(text)
+    }
+
+    fn write(fx: &Fixture, path: &str) -> Result<Opened, ConfineError> {
+        open_write(&fx.policy, path, WriteMode::Create { parents: true })
+    }
+
+    #[test]
+    fn relative_and_absolute_paths_inside() {
+        let fx = Fixture::new();
+        std::fs::create_dir(fx.ws.join("sub")).unwrap();
+        std::fs::write(fx.ws.join("sub/a.txt"), "inside").unwrap();
+        assert_eq!(read(&fx, "sub/a.txt").unwrap(), "inside");
+        assert_eq!(read(&fx, "./sub/../sub/a.txt").unwrap(), "inside");
+        let abs = fx.ws.join("sub/a.txt");
+        assert_eq!(read(&fx, abs.to_str().unwrap()).unwrap(), "inside");
+        // A link that stays inside is followed.
+        std::os::unix::fs::symlink("sub/a.txt", fx.ws.join("link")).unwrap();
+        let opened = open_read(&fx.policy, "link").unwrap();
+        assert_eq!(opened.path, fx.ws.join("sub/a.txt"));
+        assert_eq!(display(&fx.policy, &opened.path), "sub/a.txt");
+    }
+
+    #[test]
+    fn dot_dot_escape_is_refused() {
+        let fx = Fixture::new();
+        std::fs::write(fx.outside.join("secret"), "host").unwrap();
+        std::fs::create_dir(fx.ws.join("sub")).unwrap();
+        for path in [
+            "../outside/secret",
+            "sub/../../outside/secret",
+            "../../home/outside",
+        ] {
+            let err = read(&fx, path).unwrap_err();
+            assert_eq!(err.kind(), "outside_workspace", "{path}: {err}");
+        }
+        let sneaky = format!("{}/../outside/secret", fx.ws.display());
+        assert_eq!(read(&fx, &sneaky).unwrap_err().kind(), "outside_workspace");
+        let err = write(&fx, "../outside/new").unwrap_err();
+        assert_eq!(err.kind(), "outside_workspace", "{err}");
+        assert!(!fx.outside.join("new").exists());
+    }
+
+    #[test]
+    fn absolute_path_outside_is_refused() {
+        let fx = Fixture::new();
+        std::fs::write(fx.outside.join("secret"), "host").unwrap();
+        let path = fx.outside.join("secret");
+        let err = read(&fx, path.to_str().unwrap()).unwrap_err();
+        assert_eq!(err.kind(), "outside_workspace");
+        assert!(err.to_string().contains("outside the workspace"), "{err}");
+        assert_eq!(
+            read(&fx, "/etc/passwd").unwrap_err().kind(),
+            "outside_workspace"
+        );
+        let target = fx.outside.join("new");
+        let err = write(&fx, target.to_str().unwrap()).unwrap_err();
+        assert_eq!(err.kind(), "outside_workspace");
+        assert!(!target.exists());
+    }
+
+    #[test]
+    fn symlink_pointing_outside_is_refused_for_read_and_write() {
+        let fx = Fixture::new();
+        std::fs::write(fx.outside.join("secret"), "host").unwrap();
+        let link =
+            |name: &str, to: &Path| std::os::unix::fs::symlink(to, fx.ws.join(name)).unwrap();
+        link("abs", &fx.outside.join("secret"));
+        link("rel", Path::new("../outside/secret"));
+        link("dir", &fx.outside);
+        link("reldir", Path::new("../outside"));
+        link("dangling", &fx.outside.join("created-through-link"));
+        for path in ["abs", "rel", "dir/secret", "reldir/secret"] {
+            let err = read(&fx, path).unwrap_err();
+            assert_eq!(err.kind(), "outside_workspace", "{path}: {err}");
+        }
+        assert_eq!(
+            read_dir(&fx.policy, "dir").unwrap_err().kind(),
+            "outside_workspace"
+        );
+        // Writing through a link is refused even where the link points: the final
+        // component is never followed, a linked parent never leaves the workspace.
+        for path in ["abs", "rel", "dangling"] {
+            let err = write(&fx, path).unwrap_err();
+            assert_eq!(err.kind(), "invalid_path", "{path}: {err}");
+            assert!(err.to_string().contains("symbolic link"), "{err}");
+        }
+        for path in ["dir/new", "reldir/new", "dir/deeper/new"] {
+            let err = write(&fx, path).unwrap_err();
+            assert_eq!(err.kind(), "outside_workspace", "{path}: {err}");
+        }
+        assert_eq!(
+            std::fs::read_to_string(fx.outside.join("secret")).unwrap(),
+            "host"
+        );
+        let left: Vec<_> = std::fs::read_dir(&fx.outside).unwrap().collect();
+        assert_eq!(left.len(), 1, "something was created outside: {left:?}");
+    }
+
+    /// A symlink flipped between a directory inside and one outside, while the tools run:
+    /// no read may return the outside file, no write may land outside.
+    #[test]
+    fn symlink_swapped_during_operation_cannot_escape() {
+        let fx = Fixture::new();
+        std::fs::create_dir(fx.ws.join("real")).unwrap();
+        std::fs::write(fx.ws.join("real/f"), "inside").unwrap();
+        std::fs::write(fx.outside.join("f"), "host").unwrap();
+        std::os::unix::fs::symlink("real", fx.ws.join("flip")).unwrap();
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let flipper = {
+            let (ws, outside, stop) = (fx.ws.clone(), fx.outside.clone(), stop.clone());
+            std::thread::spawn(move || {
+                let mut i = 0u64;
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    let tmp = ws.join(format!("tmp-{i}"));
+                    // Inside: a relative link (absolute ones are never followed).
+                    let to = if i % 2 == 0 {
+                        outside.clone()
+                    } else {
+                        PathBuf::from("real")
+                    };
+                    std::os::unix::fs::symlink(&to, &tmp).unwrap();
+                    std::fs::rename(&tmp, ws.join("flip")).unwrap();
+                    i += 1;
+                }
+            })
+        };
+        let mut inside_reads = 0;
+        for i in 0..2000 {
+            if let Ok(text) = read(&fx, "flip/f") {
+                assert_eq!(text, "inside");
+                inside_reads += 1;
+            }
+            let _ = write(&fx, &format!("flip/w{i}"));
+        }
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        flipper.join().unwrap();
+        let outside: Vec<_> = std::fs::read_dir(&fx.outside)
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert_eq!(outside, [OsString::from("f")], "a write escaped");
+        assert_eq!(
+            std::fs::read_to_string(fx.outside.join("f")).unwrap(),
+            "host"
+        );
+        assert!(inside_reads > 0, "the link never pointed inside when read");
+    }
+
+    #[test]
+    fn credential_paths_are_refused() {
+        let mut fx = Fixture::new();
+        std::fs::create_dir(fx.ws.join("secrets")).unwrap();
+        std::fs::write(fx.ws.join("secrets/key"), "k").unwrap();
+        std::fs::write(fx.ws.join("token.txt"), "t").unwrap();
+        std::os::unix::fs::symlink("secrets/key", fx.ws.join("innocent")).unwrap();
+        fx.deny_read(&["secrets", "token.txt"]);
+        for path in [
+            "secrets/key",
+            "token.txt",
+            "innocent",
+            "./secrets/../token.txt",
+        ] {
+            let err = read(&fx, path).unwrap_err();
+            assert_eq!(err.kind(), "credential_path", "{path}: {err}");
+        }
+        assert_eq!(
+            read_dir(&fx.policy, "secrets").unwrap_err().kind(),
+            "credential_path"
+        );
+        assert_eq!(
+            write(&fx, "secrets/new").unwrap_err().kind(),
+            "credential_path"
+        );
+        assert!(!fx.ws.join("secrets/new").exists());
+        // The home's credential directory is outside the workspace in the first place.
+        let ssh = fx.home.join(".ssh/id_ed25519");
+        assert_eq!(
+            read(&fx, ssh.to_str().unwrap()).unwrap_err().kind(),
+            "outside_workspace"
+        );
+    }
+
+    #[test]
+    fn git_internals_and_protected_paths_are_not_written() {
+        let fx = Fixture::new();
+        for path in [
+            ".git/hooks/pre-commit",
+            ".git/config",
+            ".git/hooks/new-dir/x",
+            "sub/.git/hooks/post-checkout",
+            "vendor/dep/.git/config",
+            ".GIT/config",
+            "a/../.git/hooks/pre-push",
+        ] {
+            let err = write(&fx, path).unwrap_err();
+            assert_eq!(err.kind(), "protected_path", "{path}: {err}");
+        }
+        assert!(
+            !fx.ws.join("sub").exists(),
+            "directories created for a refused write"
+        );
+        assert!(!fx.ws.join(".git/hooks/new-dir").exists());
+        assert!(!fx.ws.join(".git/hooks/pre-commit").exists());
+        // Through a link inside the workspace: refused on the resolved path.
+        std::os::unix::fs::symlink(".git/hooks", fx.ws.join("hooks")).unwrap();
+        assert_eq!(
+            write(&fx, "hooks/pre-commit").unwrap_err().kind(),
+            "protected_path"
+        );
+        assert!(!fx.ws.join(".git/hooks/pre-commit").exists());
+        // Reading them is fine.
+        assert!(read(&fx, ".git/config").is_ok());
+    }
+
+    #[test]
+    fn read_only_profile_refuses_writes() {
+        let fx = Fixture::with_profile("read-only", |_| {});
+        std::fs::write(fx.ws.join("a.txt"), "x").unwrap();
+        let err = write(&fx, "a.txt").unwrap_err();
+        assert_eq!(err.kind(), "protected_path");
+        assert!(err.to_string().contains("read-only"), "{err}");
+        let err = open_write(&fx.policy, "a.txt", WriteMode::Existing).unwrap_err();
+        assert_eq!(err.kind(), "protected_path");
+        assert_eq!(read(&fx, "a.txt").unwrap(), "x");
+    }
+
+    #[test]
+    fn writes_create_parents_beneath_the_workspace() {
+        let fx = Fixture::new();
+        let opened = write(&fx, "a/b/c.txt").unwrap();
+        assert!(opened.created);
+        assert_eq!(opened.path, fx.ws.join("a/b/c.txt"));
+        assert!(fx.ws.join("a/b").is_dir());
+        let again = write(&fx, "a/b/c.txt").unwrap();
+        assert!(!again.created);
+        let err =
+            open_write(&fx.policy, "x/y.txt", WriteMode::Create { parents: false }).unwrap_err();
+        assert_eq!(err.kind(), "not_found", "{err}");
+        for path in [".", "a/..", ""] {
+            assert_eq!(
+                write(&fx, path).unwrap_err().kind(),
+                "invalid_path",
+                "{path}"
+            );
+        }
+        assert_eq!(write(&fx, "a").unwrap_err().kind(), "invalid_path");
+    }
+
+    #[test]
+    fn kinds_are_checked() {
+        let fx = Fixture::new();
+        std::fs::create_dir(fx.ws.join("d")).unwrap();
+        std::fs::write(fx.ws.join("f"), "").unwrap();
+        assert_eq!(read(&fx, "d").unwrap_err().kind(), "invalid_path");
+        assert_eq!(read(&fx, "missing").unwrap_err().kind(), "not_found");
+        assert_eq!(
+            read_dir(&fx.policy, "f").unwrap_err().kind(),
+            "invalid_path"
+        );
+        assert_eq!(resolve_dir(&fx.policy, "d").unwrap(), fx.ws.join("d"));
+        assert_eq!(resolve_dir(&fx.policy, "").unwrap(), fx.ws);
+        nix::unistd::mkfifo(&fx.ws.join("fifo"), nix::sys::stat::Mode::S_IRWXU).unwrap();
+        assert_eq!(read(&fx, "fifo").unwrap_err().kind(), "invalid_path");
+        assert_eq!(write(&fx, "fifo").unwrap_err().kind(), "invalid_path");
+    }
+}
