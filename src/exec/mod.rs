@@ -204,6 +204,9 @@ pub async fn run(
                     if libc::setsid() < 0 {
                         return Err(std::io::Error::last_os_error());
                     }
+                    // Nothing chitti's caller left open may reach the sandbox: mark
+                    // every descriptor close-on-exec, then reopen only the ones passed.
+                    close_on_exec_from_3();
                     for fd in &raw_fds {
                         if libc::fcntl(*fd, libc::F_SETFD, 0) < 0 {
                             return Err(std::io::Error::last_os_error());
@@ -440,6 +443,24 @@ async fn stop(running: &mut Running) -> Result<(), SandboxError> {
         wait(running).await?;
     }
     Ok(())
+}
+
+/// Marks every descriptor from 3 up close-on-exec (between fork and exec).
+unsafe fn close_on_exec_from_3() {
+    #[cfg(target_os = "linux")]
+    libc::syscall(
+        libc::SYS_close_range,
+        3u32,
+        u32::MAX,
+        libc::CLOSE_RANGE_CLOEXEC,
+    );
+    #[cfg(not(target_os = "linux"))]
+    {
+        let max = libc::sysconf(libc::_SC_OPEN_MAX).clamp(256, 65536) as i32;
+        for fd in 3..max {
+            libc::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC);
+        }
+    }
 }
 
 /// Kills the process group the spawned program leads (it called setsid), before it is

@@ -122,12 +122,26 @@ impl Snapshot {
     /// sandboxed process is left.
     pub fn restore(&self) -> Vec<String> {
         let mut repairs = Vec::new();
+        let mut deleted: Vec<&Path> = Vec::new();
         for entry in &self.entries {
             if let Entry::Pinned { path, dev, ino, fd } = entry {
-                restore_pinned(path, *dev, *ino, fd, &mut repairs);
+                if !restore_pinned(path, *dev, *ino, fd, &mut repairs) {
+                    deleted.push(path);
+                }
             }
         }
         for entry in &self.entries {
+            // Inside a deleted repository there is nothing to restore into, and planting
+            // a lone hooks/ or config would only make a broken repository.
+            let path = match entry {
+                Entry::Pinned { path, .. }
+                | Entry::File { path, .. }
+                | Entry::Dir { path, .. }
+                | Entry::Absent { path } => path,
+            };
+            if deleted.iter().any(|d| path.starts_with(d)) {
+                continue;
+            }
             match entry {
                 Entry::Pinned { .. } => {}
                 Entry::File { path, bytes, mode } => {
@@ -207,12 +221,19 @@ fn walk(
     Ok(())
 }
 
-fn restore_pinned(path: &Path, dev: u64, ino: u64, fd: &OwnedFd, repairs: &mut Vec<String>) {
+/// Returns false when the pinned path was deleted (nothing to put back).
+fn restore_pinned(
+    path: &Path,
+    dev: u64,
+    ino: u64,
+    fd: &OwnedFd,
+    repairs: &mut Vec<String>,
+) -> bool {
     let same = std::fs::symlink_metadata(path)
         .map(|m| m.dev() == dev && m.ino() == ino)
         .unwrap_or(false);
     if same {
-        return;
+        return true;
     }
     if std::fs::symlink_metadata(path).is_ok() {
         let quarantine = quarantine_name(path);
@@ -236,18 +257,23 @@ fn restore_pinned(path: &Path, dev: u64, ino: u64, fd: &OwnedFd, repairs: &mut V
                     current.display(),
                     path.display()
                 ));
+                true
             } else {
                 repairs.push(format!(
                     "could not move {} back to {}",
                     current.display(),
                     path.display()
                 ));
+                false
             }
         }
-        _ => repairs.push(format!(
-            "{} was deleted by the sandboxed command",
-            path.display()
-        )),
+        _ => {
+            repairs.push(format!(
+                "{} was deleted by the sandboxed command",
+                path.display()
+            ));
+            false
+        }
     }
 }
 

@@ -28,7 +28,8 @@ impl From<&Limits> for Rlimits {
 impl Rlimits {
     /// Lowers the limits of the calling process (never raises a hard limit). Core dumps
     /// are always off: a core file is a copy of memory written into the workspace.
-    /// Async-signal-safe: only getrlimit/setrlimit.
+    /// Also masks the "others may write" bit in the umask.
+    /// Async-signal-safe: only getrlimit/setrlimit/umask.
     pub fn apply(&self) -> std::io::Result<()> {
         let set = |resource, value: Option<u64>| -> std::io::Result<()> {
             let Some(value) = value else { return Ok(()) };
@@ -54,6 +55,12 @@ impl Rlimits {
         set(libc::RLIMIT_FSIZE, self.max_file_size_bytes)?;
         set(libc::RLIMIT_AS, self.max_address_space_bytes)?;
         set(libc::RLIMIT_CORE, Some(0))?;
+        // Files are not world-writable by default. (A command may still clear its umask:
+        // tools call umask(0) just to read it, so seccomp cannot refuse that.)
+        unsafe {
+            let mask = libc::umask(0o022);
+            libc::umask(mask | 0o002);
+        }
         Ok(())
     }
 

@@ -67,8 +67,8 @@ fn prepare_bwrap(
 
     let mut pass_fds = Vec::new();
     let mut seccomp_fds = Vec::new();
-    let programs =
-        seccomp::programs(policy.network).map_err(|e| SandboxError::Unavailable(e.to_string()))?;
+    let programs = seccomp::programs(policy.network, false)
+        .map_err(|e| SandboxError::Unavailable(e.to_string()))?;
     for program in &programs {
         let (read, write) = pipe()?;
         // A few KiB: fits in the pipe buffer, so the write never blocks.
@@ -160,7 +160,7 @@ fn prepare_supervised(
             landlock: fd.ok_or_else(|| {
                 SandboxError::Unavailable("landlock: the kernel returned no ruleset".into())
             })?,
-            seccomp: seccomp::programs(policy.network)
+            seccomp: seccomp::programs(policy.network, true)
                 .map_err(|e| SandboxError::Unavailable(e.to_string()))?,
             last_cap: caps::last_cap(),
         })

@@ -99,6 +99,34 @@ fn rule(conditions: Vec<SeccompCondition>) -> SeccompRule {
     SeccompRule::new(conditions).expect("a rule has at least one condition")
 }
 
+fn xattr_writes() -> Vec<i64> {
+    vec![
+        libc::SYS_setxattr,
+        libc::SYS_lsetxattr,
+        libc::SYS_fsetxattr,
+        libc::SYS_removexattr,
+        libc::SYS_lremovexattr,
+        libc::SYS_fremovexattr,
+    ]
+}
+
+fn sysv_ipc() -> Vec<i64> {
+    vec![
+        libc::SYS_shmget,
+        libc::SYS_shmat,
+        libc::SYS_shmctl,
+        libc::SYS_shmdt,
+        libc::SYS_msgget,
+        libc::SYS_msgsnd,
+        libc::SYS_msgrcv,
+        libc::SYS_msgctl,
+        libc::SYS_semget,
+        libc::SYS_semop,
+        libc::SYS_semctl,
+        libc::SYS_semtimedop,
+    ]
+}
+
 /// `(syscall, index of its mode argument)` for calls that set a file mode.
 fn mode_setting_calls() -> Vec<(i64, u8)> {
     let mut v = vec![
@@ -116,10 +144,49 @@ fn mode_setting_calls() -> Vec<(i64, u8)> {
 const FCHMODAT2: i64 = 452;
 
 /// Filter of calls answered with EPERM.
-fn deny_filter(network: bool, arch: TargetArch) -> Result<BpfProgram, SeccompError> {
+fn deny_filter(
+    network: bool,
+    shares_host: bool,
+    arch: TargetArch,
+) -> Result<BpfProgram, SeccompError> {
     let mut rules: BTreeMap<i64, Vec<SeccompRule>> = BTreeMap::new();
     for nr in always_denied() {
         rules.insert(nr, vec![]);
+    }
+    // Extended attributes are metadata Landlock cannot confine; nothing ordinary needs to
+    // set them (cp -a treats the refusal as an unsupported filesystem).
+    for nr in xattr_writes() {
+        rules.insert(nr, vec![]);
+    }
+    if shares_host {
+        // Without IPC and PID namespaces (landlock) the host's SysV IPC objects, POSIX
+        // message queues and processes are reachable by id.
+        for nr in sysv_ipc() {
+            rules.insert(nr, vec![]);
+        }
+        rules.insert(
+            libc::SYS_mq_open,
+            vec![rule(vec![cond(
+                1,
+                Len::Dword,
+                Op::MaskedEq(libc::O_CREAT as u64),
+                libc::O_CREAT as u64,
+            )])],
+        );
+        for (nr, arg) in [
+            (libc::SYS_prlimit64, 0u8),
+            (libc::SYS_setpriority, 1),
+            (libc::SYS_sched_setaffinity, 0),
+            (libc::SYS_sched_setscheduler, 0),
+            (libc::SYS_sched_setparam, 0),
+            (libc::SYS_sched_setattr, 0),
+            (libc::SYS_ioprio_set, 1),
+            (libc::SYS_migrate_pages, 0),
+            (libc::SYS_move_pages, 0),
+        ] {
+            // Only the caller itself (pid/who 0) may be targeted.
+            rules.insert(nr, vec![rule(vec![cond(arg, Len::Dword, Op::Ne, 0)])]);
+        }
     }
 
     // Terminal input injection: TIOCSTI pushes bytes into a terminal's input queue,
@@ -289,15 +356,19 @@ fn x32_guard() -> BpfProgram {
     ]
 }
 
-/// Every filter the sandbox installs, in installation order.
-pub fn programs(network: bool) -> Result<Vec<BpfProgram>, SeccompError> {
+/// Every filter the sandbox installs, in installation order. `shares_host` is true for
+/// backends without IPC and PID namespaces (landlock).
+pub fn programs(network: bool, shares_host: bool) -> Result<Vec<BpfProgram>, SeccompError> {
     let arch = ARCH.ok_or_else(|| {
         SeccompError(format!(
             "no seccomp filter for the {} architecture",
             std::env::consts::ARCH
         ))
     })?;
-    let mut out = vec![deny_filter(network, arch)?, enosys_filter(arch)?];
+    let mut out = vec![
+        deny_filter(network, shares_host, arch)?,
+        enosys_filter(arch)?,
+    ];
     #[cfg(target_arch = "x86_64")]
     out.push(x32_guard());
     Ok(out)
@@ -337,8 +408,8 @@ mod tests {
 
     #[test]
     fn programs_compile_for_both_network_settings() {
-        for network in [false, true] {
-            let programs = programs(network).unwrap();
+        for (network, shares_host) in [(false, false), (true, false), (false, true), (true, true)] {
+            let programs = programs(network, shares_host).unwrap();
             assert!(programs.len() >= 2);
             for p in &programs {
                 assert!(!p.is_empty());

