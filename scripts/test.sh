@@ -10,8 +10,14 @@ scripts/install-deps.sh
 echo "== build"
 cargo build --workspace --all-targets --locked
 
+# Fixtures live outside /tmp: bwrap gives the sandbox a private /tmp, which would hide
+# them for the wrong reason (or hide the whole checkout when it is cloned under /tmp).
+fixtures=$(mktemp -d /var/tmp/chitti-fixtures.XXXXXX)
+trap 'rm -rf "$fixtures"' EXIT
+export CHITTI_TEST_TMPDIR=$fixtures
+
 echo "== tests as $(id -un)"
-cargo test --workspace --locked
+cargo test --workspace --locked --no-fail-fast
 
 echo "== smoke run (what CI also runs on macOS)"
 scripts/ci-smoke.sh
@@ -28,7 +34,7 @@ home=$(getent passwd "$user" | cut -d: -f6)
 # The unprivileged user cannot read this checkout or the toolchain (often under /root),
 # so it runs copies of the compiled test binaries from a directory it owns.
 stage=$(mktemp -d /var/tmp/chitti-test.XXXXXX)
-trap 'rm -rf "$stage"' EXIT
+trap 'rm -rf "$stage" "$fixtures"' EXIT
 cargo test --workspace --locked --no-run --message-format=json 2>/dev/null \
     | python3 -c '
 import json, sys
