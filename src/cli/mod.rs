@@ -1,6 +1,8 @@
 //! The command line: every flag is defined here, each subcommand lives in its own file.
 
+mod agent;
 mod doctor;
+mod mcp;
 mod sandbox_exec;
 mod sandbox_profile;
 mod sandbox_test;
@@ -33,6 +35,93 @@ pub enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Do one task: the model calls sandboxed tools until it answers. The final answer
+    /// alone goes to stdout; everything else goes to stderr.
+    Run {
+        #[command(flatten)]
+        agent: AgentArgs,
+        /// The task, in plain words.
+        #[arg(value_name = "PROMPT", required = true, num_args = 1..)]
+        prompt: Vec<String>,
+    },
+    /// An interactive session. Ctrl-C stops the current turn; Ctrl-D or /exit quits.
+    Chat {
+        #[command(flatten)]
+        agent: AgentArgs,
+    },
+    /// Serve the sandboxed tools over MCP (stdio) for other agents.
+    Mcp(McpArgs),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ProviderName {
+    Gemini,
+    Openai,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ApprovalMode {
+    /// Ask before every command and every file change.
+    Ask,
+    /// Run sandboxed calls without asking; ask for anything else.
+    AutoSandboxed,
+    /// Never ask (explicit opt-in).
+    Auto,
+}
+
+/// Options of `chitti run` and `chitti chat`.
+#[derive(Debug, Args, Clone)]
+pub struct AgentArgs {
+    /// The model API (default: the config file's, else gemini).
+    #[arg(long, value_enum)]
+    pub provider: Option<ProviderName>,
+    /// The model (default: the config file's, else the provider's default).
+    #[arg(long, value_name = "NAME")]
+    pub model: Option<String>,
+    /// The API's base URL. gemini: {URL}/v1beta/models/{model}:generateContent;
+    /// openai: {URL}/chat/completions.
+    #[arg(long, value_name = "URL")]
+    pub base_url: Option<String>,
+    /// The project (default: the current directory).
+    #[arg(short = 'w', long, value_name = "DIR")]
+    pub workspace: Option<PathBuf>,
+    /// When to ask before a tool call (default: the config file's, else ask).
+    #[arg(long, value_enum)]
+    pub approval: Option<ApprovalMode>,
+    /// Sandbox profile for execute_bash: a name or a TOML file.
+    #[arg(short = 'p', long, value_name = "NAME|FILE")]
+    pub profile: Option<String>,
+    /// Which sandbox to use (default auto; never silently unsandboxed).
+    #[arg(long, value_enum, default_value = "auto")]
+    pub backend: BackendChoice,
+    /// Tool-call rounds before giving up.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    pub max_steps: Option<u32>,
+    /// The JSONL event log (default: a new file under the state directory).
+    #[arg(long, value_name = "FILE")]
+    pub events: Option<PathBuf>,
+    /// Do not stream the model's text as it arrives.
+    #[arg(long)]
+    pub no_stream: bool,
+}
+
+/// Options of `chitti mcp`.
+#[derive(Debug, Args, Clone)]
+pub struct McpArgs {
+    /// The project the tools work in (default: the current directory).
+    #[arg(short = 'w', long, value_name = "DIR")]
+    pub workspace: Option<PathBuf>,
+    /// Sandbox profile for execute_bash: a name or a TOML file.
+    #[arg(short = 'p', long, value_name = "NAME|FILE", default_value = crate::policy::profile::DEFAULT_PROFILE)]
+    pub profile: String,
+    /// Which sandbox to use (default auto; never silently unsandboxed).
+    #[arg(long, value_enum, default_value = "auto")]
+    pub backend: BackendChoice,
+    /// Also offer write_file and edit_file.
+    #[arg(long)]
+    pub allow_write_tools: bool,
 }
 
 #[derive(Debug, Subcommand)]
@@ -131,6 +220,9 @@ pub fn run(cli: Cli) -> i32 {
             bwrap_args0,
         }) => sandbox_profile::run(workspace, &profile, backend, bwrap_args0),
         Command::Doctor { json } => doctor::run(json),
+        Command::Run { agent, prompt } => agent::run(agent, prompt.join(" ")),
+        Command::Chat { agent } => agent::chat(agent),
+        Command::Mcp(args) => mcp::run(args),
     }
 }
 
