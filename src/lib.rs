@@ -2,9 +2,12 @@
 //!
 //! Layers, top to bottom (arrows only point down): `cli` → `exec` → `sandbox` → `policy`.
 
+pub mod agent;
 pub mod cli;
+pub mod config;
 pub mod exec;
 pub mod policy;
+pub mod provider;
 pub mod sandbox;
 pub mod tools;
 pub mod verify;

@@ -12,7 +12,7 @@ pub mod execute_bash;
 pub mod list_dir;
 pub mod read_file;
 #[cfg(test)]
-mod testing;
+pub(crate) mod testing;
 pub mod write_file;
 
 use std::future::Future;
@@ -82,6 +82,29 @@ impl Tool {
 
     pub fn is_read_only(self) -> bool {
         self.info().read_only
+    }
+
+    /// Checks a call's arguments without running it; returns them as a JSON object
+    /// (models may send the object as a string of JSON).
+    pub fn check_args(self, args: &Value) -> Result<Value, ToolResult> {
+        let args = match args {
+            Value::String(text) => serde_json::from_str(text).map_err(|e| {
+                ToolResult::error(format!(
+                    "invalid arguments for {}: the arguments are not valid JSON ({e})",
+                    self.name()
+                ))
+            })?,
+            Value::Null => Value::Object(Map::new()),
+            other => other.clone(),
+        };
+        let checked = match self {
+            Tool::ExecuteBash => parse_args::<execute_bash::ExecuteBash>(args.clone()).map(drop),
+            Tool::ReadFile => parse_args::<read_file::ReadFile>(args.clone()).map(drop),
+            Tool::ListDir => parse_args::<list_dir::ListDir>(args.clone()).map(drop),
+            Tool::WriteFile => parse_args::<write_file::WriteFile>(args.clone()).map(drop),
+            Tool::EditFile => parse_args::<edit_file::EditFile>(args.clone()).map(drop),
+        };
+        checked.map(|()| args)
     }
 
     pub fn definition(self) -> ToolDefinition {

@@ -1,0 +1,135 @@
+//! The JSONL event log: one JSON object per line, appended and flushed as each step
+//! happens, so that a session killed half-way still leaves its trail.
+
+use std::fs::{File, OpenOptions};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use serde_json::{json, Value};
+
+pub struct EventLog {
+    path: PathBuf,
+    file: Mutex<File>,
+    /// Set after the first failed write, so that a full disk is reported once.
+    failed: std::sync::atomic::AtomicBool,
+}
+
+impl EventLog {
+    /// Opens (appends to) `path`, creating it private to the user.
+    pub fn open(path: &Path) -> Result<EventLog, String> {
+        use std::os::unix::fs::OpenOptionsExt;
+        if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
+            if !parent.is_dir() {
+                std::fs::create_dir_all(parent).map_err(|e| {
+                    format!("cannot create the event log directory {}: {e}", parent.display())
+                })?;
+            }
+        }
+        let file = OpenOptions::new()
+            .append(true)
+            .create(true)
+            .mode(0o600)
+            .open(path)
+            .map_err(|e| format!("cannot open the event log {}: {e}", path.display()))?;
+        Ok(EventLog {
+            path: path.to_path_buf(),
+            file: Mutex::new(file),
+            failed: Default::default(),
+        })
+    }
+
+    /// A new log under `state_dir/events/`, named after the time and the process.
+    pub fn default_path(state_dir: &Path) -> PathBuf {
+        let secs = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map(|d| d.as_secs())
+            .unwrap_or(0);
+        state_dir
+            .join("events")
+            .join(format!("{}-{}.jsonl", utc_stamp(secs), std::process::id()))
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Appends `{"ts_ms", "event": kind, …fields}`.
+    pub fn log(&self, kind: &str, fields: Value) {
+        let ts_ms = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map(|d| d.as_millis() as u64)
+            .unwrap_or(0);
+        let mut record = json!({"ts_ms": ts_ms, "event": kind});
+        if let (Some(record), Value::Object(fields)) = (record.as_object_mut(), fields) {
+            record.extend(fields);
+        }
+        let mut line = record.to_string();
+        line.push('\n');
+        let mut file = self.file.lock().unwrap_or_else(|e| e.into_inner());
+        if let Err(e) = file.write_all(line.as_bytes()) {
+            if !self.failed.swap(true, std::sync::atomic::Ordering::Relaxed) {
+                eprintln!("chitti: warning: cannot write the event log {}: {e}", self.path.display());
+            }
+        }
+    }
+}
+
+/// `20261123-135700` for a Unix time, in UTC.
+fn utc_stamp(secs: u64) -> String {
+    let days = (secs / 86_400) as i64;
+    let rem = secs % 86_400;
+    let (y, m, d) = civil_from_days(days);
+    format!("{y:04}{m:02}{d:02}-{:02}{:02}{:02}", rem / 3600, rem / 60 % 60, rem % 60)
+}
+
+/// Proleptic Gregorian date of a day count since 1970-01-01 (Howard Hinnant's algorithm).
+fn civil_from_days(z: i64) -> (i64, u32, u32) {
+    let z = z + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    (y, m, d)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stamps_are_utc_dates() {
+        assert_eq!(utc_stamp(0), "19700101-000000");
+        assert_eq!(utc_stamp(1_795_442_220), "20261123-135700");
+        assert_eq!(utc_stamp(951_782_400), "20000229-000000");
+    }
+
+    #[test]
+    fn events_are_appended_as_json_lines_private_to_the_user() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("sub/log.jsonl");
+        let log = EventLog::open(&path).unwrap();
+        log.log("request", json!({"step": 1}));
+        log.log("final", json!({"answer": "a\nb"}));
+        let text = std::fs::read_to_string(&path).unwrap();
+        let lines: Vec<Value> = text.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+        assert_eq!(lines.len(), 2);
+        assert_eq!(lines[0]["event"], "request");
+        assert_eq!(lines[0]["step"], 1);
+        assert_eq!(lines[1]["answer"], "a\nb");
+        let mode = std::fs::metadata(&path).unwrap().permissions().mode();
+        assert_eq!(mode & 0o077, 0);
+    }
+
+    #[test]
+    fn an_unopenable_log_is_an_error_naming_it() {
+        let e = EventLog::open(Path::new("/proc/nope/log.jsonl")).err().unwrap();
+        assert!(e.contains("/proc/nope"), "{e}");
+    }
+}

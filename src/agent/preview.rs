@@ -1,0 +1,120 @@
+//! What the user is shown before approving a call: the exact command, or the diff a
+//! file tool would make.
+
+use std::io::Read;
+
+use serde_json::Value;
+
+use crate::policy::Policy;
+use crate::tools::{confine, Tool};
+
+/// Longest diff shown; the rest is summarised (the model can write a lot).
+const MAX_DIFF_LINES: usize = 200;
+/// Files larger than this are not diffed, only described.
+const MAX_DIFF_BYTES: u64 = 1 << 20;
+
+pub fn preview(policy: &Policy, tool: Tool, args: &Value) -> String {
+    let text = |key: &str| args[key].as_str().unwrap_or_default();
+    match tool {
+        Tool::ExecuteBash => {
+            let mut shown = format!("  $ {}\n", text("command"));
+            let dir = args["working_directory"].as_str().unwrap_or(".");
+            shown.push_str(&format!("  in {} ({dir})", policy.workspace.display()));
+            if let Some(secs) = args["timeout_seconds"].as_u64() {
+                shown.push_str(&format!(", time limit {secs} s"));
+            }
+            shown
+        }
+        Tool::WriteFile => {
+            let path = text("path");
+            let old = current_content(policy, path);
+            let header = match &old {
+                Some(_) => format!("  replace {path}:"),
+                None => format!("  create {path}:"),
+            };
+            format!("{header}\n{}", diff(path, old.as_deref().unwrap_or(""), text("content")))
+        }
+        Tool::EditFile => {
+            let path = text("path");
+            let (old_string, new_string) = (text("old_string"), text("new_string"));
+            match current_content(policy, path) {
+                Some(before) if before.matches(old_string).count() == 1 => {
+                    let after = before.replacen(old_string, new_string, 1);
+                    format!("  edit {path}:\n{}", diff(path, &before, &after))
+                }
+                // The edit will be refused; show what was asked anyway.
+                _ => format!("  edit {path}:\n{}", diff(path, old_string, new_string)),
+            }
+        }
+        Tool::ReadFile | Tool::ListDir => format!("  {}", text("path")),
+    }
+}
+
+/// The file's text, when it is a readable text file inside the workspace.
+fn current_content(policy: &Policy, path: &str) -> Option<String> {
+    let opened = confine::open_read(policy, path).ok()?;
+    let mut bytes = Vec::new();
+    opened
+        .file
+        .take(MAX_DIFF_BYTES + 1)
+        .read_to_end(&mut bytes)
+        .ok()?;
+    if bytes.len() as u64 > MAX_DIFF_BYTES {
+        return Some(format!("(a file of more than {MAX_DIFF_BYTES} bytes)\n"));
+    }
+    Some(String::from_utf8_lossy(&bytes).into_owned())
+}
+
+fn diff(path: &str, old: &str, new: &str) -> String {
+    let text = similar::TextDiff::from_lines(old, new)
+        .unified_diff()
+        .context_radius(3)
+        .header(&format!("a/{path}"), &format!("b/{path}"))
+        .to_string();
+    let lines: Vec<&str> = text.lines().collect();
+    if lines.len() <= MAX_DIFF_LINES {
+        return text;
+    }
+    let mut shown = lines[..MAX_DIFF_LINES].join("\n");
+    shown.push_str(&format!(
+        "\n… {} more diff lines not shown\n",
+        lines.len() - MAX_DIFF_LINES
+    ));
+    shown
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+    use crate::tools::testing::Fixture;
+
+    #[test]
+    fn commands_are_shown_exactly() {
+        let fx = Fixture::new();
+        let shown = preview(
+            &fx.policy,
+            Tool::ExecuteBash,
+            &json!({"command": "rm -rf build && make", "timeout_seconds": 5}),
+        );
+        assert!(shown.contains("$ rm -rf build && make"), "{shown}");
+        assert!(shown.contains("time limit 5 s"), "{shown}");
+    }
+
+    #[test]
+    fn writes_and_edits_are_shown_as_diffs() {
+        let fx = Fixture::new();
+        std::fs::write(fx.ws.join("a.txt"), "one\ntwo\nthree\n").unwrap();
+        let policy = &fx.policy;
+        let shown = preview(policy, Tool::EditFile, &json!({"path": "a.txt", "old_string": "two", "new_string": "2"}));
+        assert!(shown.contains("-two\n+2\n"), "{shown}");
+        assert!(shown.contains(" one\n"), "{shown}");
+        let shown = preview(policy, Tool::WriteFile, &json!({"path": "new.txt", "content": "hello\n"}));
+        assert!(shown.contains("create new.txt"), "{shown}");
+        assert!(shown.contains("+hello"), "{shown}");
+        let long: String = (0..500).map(|i| format!("{i}\n")).collect();
+        let shown = preview(policy, Tool::WriteFile, &json!({"path": "a.txt", "content": long}));
+        assert!(shown.contains("more diff lines not shown"), "{shown}");
+    }
+}

@@ -1,0 +1,370 @@
+//! HTTP for the model APIs: one client, bounded retries with backoff, errors that say
+//! what went wrong and what to do.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::Value;
+
+/// How requests are sent and retried.
+#[derive(Clone)]
+pub struct HttpOptions {
+    /// The longest the API may stay silent (connecting, or between two chunks).
+    pub idle_timeout: Duration,
+    /// Retries after a 429, a 5xx, a timeout or a lost connection.
+    pub max_retries: u32,
+    /// The first retry waits this long; each later one twice as long.
+    pub backoff: Duration,
+    /// A 429 that asks to wait longer than this is not retried.
+    pub max_retry_after: Duration,
+    /// Told about every retry (the agent prints it and logs an event).
+    pub on_retry: Option<Arc<dyn Fn(&RetryNotice) + Send + Sync>>,
+}
+
+impl Default for HttpOptions {
+    fn default() -> Self {
+        HttpOptions {
+            idle_timeout: Duration::from_secs(120),
+            max_retries: 3,
+            backoff: Duration::from_secs(1),
+            max_retry_after: Duration::from_secs(60),
+            on_retry: None,
+        }
+    }
+}
+
+impl std::fmt::Debug for HttpOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HttpOptions")
+            .field("idle_timeout", &self.idle_timeout)
+            .field("max_retries", &self.max_retries)
+            .field("backoff", &self.backoff)
+            .finish_non_exhaustive()
+    }
+}
+
+/// A retry about to happen.
+#[derive(Debug, Clone)]
+pub struct RetryNotice {
+    /// Why: "HTTP 429 (rate limited)", "timed out", …
+    pub reason: String,
+    pub wait: Duration,
+    /// The attempt about to be made (2 = the first retry).
+    pub attempt: u32,
+    pub max_attempts: u32,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ErrorKind {
+    /// 401/403: the key is missing, wrong or lacks access.
+    Auth,
+    /// 429 after every retry, or asked to wait too long.
+    RateLimited,
+    /// 5xx after every retry.
+    Server,
+    /// Another 4xx: the request itself was refused (unknown model, bad schema, …).
+    Rejected,
+    /// No connection, or the API went silent, after every retry.
+    Network,
+    /// The reply was not what the wire format promises (bad JSON, missing fields).
+    BadReply,
+}
+
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error("{message}")]
+pub struct ProviderError {
+    pub kind: ErrorKind,
+    pub message: String,
+}
+
+impl ProviderError {
+    pub fn new(kind: ErrorKind, message: impl Into<String>) -> Self {
+        ProviderError {
+            kind,
+            message: message.into(),
+        }
+    }
+
+    pub fn bad_reply(message: impl Into<String>) -> Self {
+        Self::new(ErrorKind::BadReply, message)
+    }
+}
+
+pub fn client(options: &HttpOptions) -> Result<reqwest::Client, ProviderError> {
+    reqwest::Client::builder()
+        .connect_timeout(options.idle_timeout.min(Duration::from_secs(30)))
+        .read_timeout(options.idle_timeout)
+        .user_agent(concat!("chitti/", env!("CARGO_PKG_VERSION")))
+        .build()
+        .map_err(|e| ProviderError::new(ErrorKind::Network, format!("cannot set up HTTPS: {e}")))
+}
+
+/// What one attempt came to.
+enum Attempt {
+    Done(reqwest::Response),
+    Retry { reason: String, wait: Option<Duration> },
+    Fail(ProviderError),
+}
+
+/// POSTs `body` to `url` (headers from `headers`), retrying what is worth retrying.
+/// Returns the response once its status is a success; its body is not read yet.
+pub async fn post_json(
+    client: &reqwest::Client,
+    options: &HttpOptions,
+    api: &str,
+    url: &str,
+    headers: &[(&str, String)],
+    body: &Value,
+) -> Result<reqwest::Response, ProviderError> {
+    let body = serde_json::to_vec(body)
+        .map_err(|e| ProviderError::bad_reply(format!("cannot encode the request: {e}")))?;
+    let max_attempts = options.max_retries + 1;
+    let mut attempt = 1;
+    loop {
+        let mut request = client
+            .post(url)
+            .header("content-type", "application/json")
+            .body(body.clone());
+        for (name, value) in headers {
+            request = request.header(*name, value);
+        }
+        let outcome = match request.send().await {
+            Ok(response) => judge(api, response).await,
+            Err(e) => Attempt::Retry {
+                reason: describe_transport_error(&e),
+                wait: None,
+            },
+        };
+        match outcome {
+            Attempt::Done(response) => return Ok(response),
+            Attempt::Fail(e) => return Err(e),
+            Attempt::Retry { reason, wait } => {
+                if attempt >= max_attempts {
+                    let kind = if reason.contains("429") {
+                        ErrorKind::RateLimited
+                    } else if reason.starts_with("HTTP 5") {
+                        ErrorKind::Server
+                    } else {
+                        ErrorKind::Network
+                    };
+                    return Err(ProviderError::new(
+                        kind,
+                        format!("{api} API at {}: {reason} (gave up after {attempt} attempts)", origin(url)),
+                    ));
+                }
+                let wait = wait.unwrap_or(options.backoff * 2u32.saturating_pow(attempt - 1));
+                if wait > options.max_retry_after {
+                    return Err(ProviderError::new(
+                        ErrorKind::RateLimited,
+                        format!(
+                            "{api} API: {reason}; it asks to wait {} s, longer than chitti \
+                             waits ({} s): try again later",
+                            wait.as_secs(),
+                            options.max_retry_after.as_secs()
+                        ),
+                    ));
+                }
+                attempt += 1;
+                if let Some(on_retry) = &options.on_retry {
+                    on_retry(&RetryNotice {
+                        reason,
+                        wait,
+                        attempt,
+                        max_attempts,
+                    });
+                }
+                tokio::time::sleep(wait).await;
+            }
+        }
+    }
+}
+
+/// Sorts a response into success, worth retrying, or a final error with a message.
+async fn judge(api: &str, response: reqwest::Response) -> Attempt {
+    let status = response.status();
+    if status.is_success() {
+        return Attempt::Done(response);
+    }
+    let retry_after = response
+        .headers()
+        .get("retry-after")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim().parse::<u64>().ok())
+        .map(Duration::from_secs);
+    let body = response.text().await.unwrap_or_default();
+    let detail = api_error_message(&body);
+    let code = status.as_u16();
+    match code {
+        429 => Attempt::Retry {
+            reason: format!("HTTP 429 (rate limited){}", suffix(&detail)),
+            wait: retry_after.or_else(|| gemini_retry_delay(&body)),
+        },
+        500 | 502 | 503 | 504 => Attempt::Retry {
+            reason: format!("HTTP {code} (server error){}", suffix(&detail)),
+            wait: retry_after,
+        },
+        401 | 403 => Attempt::Fail(ProviderError::new(
+            ErrorKind::Auth,
+            format!(
+                "{api} API refused the request (HTTP {code}){}: check the API key \
+                 ({} or the config file) and that it may use this model",
+                suffix(&detail),
+                key_variable(api)
+            ),
+        )),
+        _ => Attempt::Fail(ProviderError::new(
+            if code >= 500 {
+                ErrorKind::Server
+            } else {
+                ErrorKind::Rejected
+            },
+            format!("{api} API refused the request (HTTP {code}){}", suffix(&detail)),
+        )),
+    }
+}
+
+fn suffix(detail: &str) -> String {
+    if detail.is_empty() {
+        String::new()
+    } else {
+        format!(": {detail}")
+    }
+}
+
+fn key_variable(api: &str) -> &'static str {
+    if api == "gemini" {
+        "GEMINI_API_KEY"
+    } else {
+        "OPENAI_API_KEY"
+    }
+}
+
+/// `{"error": {"message": …}}` (both Gemini and OpenAI), else the start of the body.
+pub fn api_error_message(body: &str) -> String {
+    if let Ok(json) = serde_json::from_str::<Value>(body) {
+        let error = &json["error"];
+        if let Some(message) = error["message"].as_str().or(error.as_str()) {
+            return message.trim().to_string();
+        }
+    }
+    let body = body.trim();
+    let mut shown: String = body.chars().take(300).collect();
+    if shown.len() < body.len() {
+        shown.push('…');
+    }
+    shown
+}
+
+/// Gemini says how long to wait in the body: `details[{"retryDelay": "20s"}]`.
+fn gemini_retry_delay(body: &str) -> Option<Duration> {
+    let json: Value = serde_json::from_str(body).ok()?;
+    json["error"]["details"]
+        .as_array()?
+        .iter()
+        .find_map(|d| d["retryDelay"].as_str())
+        .and_then(|s| s.trim_end_matches('s').parse::<f64>().ok())
+        .filter(|secs| secs.is_finite() && *secs >= 0.0)
+        .map(Duration::from_secs_f64)
+}
+
+fn describe_transport_error(e: &reqwest::Error) -> String {
+    use std::error::Error;
+    if e.is_timeout() {
+        return "timed out waiting for the API".to_string();
+    }
+    // reqwest's own text ("error sending request") hides the cause; show the deepest one.
+    let mut cause: &dyn Error = e;
+    while let Some(next) = cause.source() {
+        cause = next;
+    }
+    if e.is_connect() {
+        format!("cannot connect ({cause})")
+    } else {
+        format!("the connection failed ({cause})")
+    }
+}
+
+/// Scheme, host and port of a URL: enough to say which server, without query strings
+/// (which may hold a key).
+fn origin(url: &str) -> String {
+    match reqwest::Url::parse(url) {
+        Ok(u) => format!(
+            "{}://{}{}",
+            u.scheme(),
+            u.host_str().unwrap_or(""),
+            u.port().map(|p| format!(":{p}")).unwrap_or_default()
+        ),
+        Err(_) => "the configured URL".to_string(),
+    }
+}
+
+/// Reads a whole JSON body.
+pub async fn read_json(api: &str, response: reqwest::Response) -> Result<Value, ProviderError> {
+    let bytes = response.bytes().await.map_err(|e| {
+        ProviderError::new(
+            ErrorKind::Network,
+            format!("{api} API: the reply was cut off: {}", describe_transport_error(&e)),
+        )
+    })?;
+    serde_json::from_slice(&bytes).map_err(|e| {
+        ProviderError::bad_reply(format!(
+            "{api} API: the reply is not valid JSON ({e}); it began: {}",
+            api_error_message(&String::from_utf8_lossy(&bytes))
+        ))
+    })
+}
+
+/// Reads a server-sent-events body, handing each event's data to `on_event`.
+pub async fn read_sse(
+    api: &str,
+    mut response: reqwest::Response,
+    mut on_event: impl FnMut(&str) -> Result<(), ProviderError>,
+) -> Result<(), ProviderError> {
+    let mut parser = super::sse::Parser::default();
+    loop {
+        let chunk = response.chunk().await.map_err(|e| {
+            ProviderError::new(
+                ErrorKind::Network,
+                format!("{api} API: the stream broke off: {}", describe_transport_error(&e)),
+            )
+        })?;
+        let Some(chunk) = chunk else { break };
+        for data in parser.feed(&chunk) {
+            on_event(&data)?;
+        }
+    }
+    for data in parser.finish() {
+        on_event(&data)?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn error_messages_come_from_the_json_body() {
+        let body = r#"{"error": {"code": 400, "message": "model not found", "status": "NOT_FOUND"}}"#;
+        assert_eq!(api_error_message(body), "model not found");
+        assert_eq!(api_error_message("<html>oops</html>"), "<html>oops</html>");
+        let long = "x".repeat(1000);
+        assert_eq!(api_error_message(&long).chars().count(), 301);
+    }
+
+    #[test]
+    fn gemini_retry_delay_is_read_from_details() {
+        let body = r#"{"error": {"code": 429, "details": [{"@type": "type.googleapis.com/google.rpc.RetryInfo", "retryDelay": "7s"}]}}"#;
+        assert_eq!(gemini_retry_delay(body), Some(Duration::from_secs(7)));
+        assert_eq!(gemini_retry_delay("{}"), None);
+    }
+
+    #[test]
+    fn origin_hides_paths_and_queries() {
+        assert_eq!(
+            origin("https://example.com:8443/v1beta/models/m:generateContent?key=SECRET"),
+            "https://example.com:8443"
+        );
+    }
+}

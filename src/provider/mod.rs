@@ -1,0 +1,117 @@
+//! Model APIs: wire formats only. A provider turns the conversation and the tools' JSON
+//! schemas into one HTTP request and the reply into text and tool calls. Providers know
+//! nothing of the tools themselves, the sandbox or approval.
+
+pub mod gemini;
+pub mod http;
+pub mod openai;
+pub mod sse;
+
+use std::future::Future;
+
+use serde::Serialize;
+use serde_json::Value;
+
+pub use http::{ErrorKind, HttpOptions, ProviderError};
+
+/// A function the model may call: its name, what it does, the JSON schema of its arguments.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct FunctionDecl {
+    pub name: String,
+    pub description: String,
+    pub parameters: Value,
+}
+
+/// One call the model asked for.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ToolCall {
+    /// The provider's id, or one chitti made up when the provider gave none.
+    pub id: String,
+    /// Whether `id` came from the provider (and so must be echoed back).
+    #[serde(skip)]
+    pub id_from_model: bool,
+    pub name: String,
+    /// The arguments as sent: an object, or a string holding JSON (which may be bad).
+    pub args: Value,
+}
+
+/// What the model said in one reply.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct AssistantTurn {
+    pub text: String,
+    pub calls: Vec<ToolCall>,
+    /// The provider's own message, replayed verbatim in later requests: Gemini needs its
+    /// parts back exactly as sent, `thoughtSignature` included.
+    pub raw: Option<Value>,
+}
+
+/// The answer to one tool call.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ToolOutput {
+    pub call_id: String,
+    /// Whether the provider gave the call's id (Gemini echoes only ids it gave).
+    pub id_from_model: bool,
+    pub name: String,
+    /// False when the call did not do what was asked (denied, bad arguments, refused).
+    pub ok: bool,
+    /// What the model reads.
+    pub text: String,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum Message {
+    User(String),
+    Assistant(AssistantTurn),
+    /// The answers to every call of the assistant turn before it, in the same order.
+    ToolResults(Vec<ToolOutput>),
+}
+
+/// Token counts, when the API reports them.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct Usage {
+    pub input_tokens: u64,
+    pub output_tokens: u64,
+}
+
+impl Usage {
+    pub fn add(&mut self, other: Usage) {
+        self.input_tokens += other.input_tokens;
+        self.output_tokens += other.output_tokens;
+    }
+}
+
+#[derive(Debug, Clone, Copy)]
+pub struct Request<'a> {
+    pub system: &'a str,
+    pub messages: &'a [Message],
+    pub tools: &'a [FunctionDecl],
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Reply {
+    pub turn: AssistantTurn,
+    pub usage: Option<Usage>,
+}
+
+/// Receives the model's text as it streams in.
+pub type TextSink<'a> = &'a mut (dyn FnMut(&str) + Send);
+
+/// A model API.
+pub trait Provider: Send + Sync {
+    /// "gemini", "openai", …
+    fn name(&self) -> &str;
+    fn model(&self) -> &str;
+    /// One request and its reply. Text is passed to `on_text` as it arrives (all at
+    /// once when the provider does not stream). Retries are the provider's business.
+    fn complete<'a>(
+        &'a self,
+        request: Request<'a>,
+        on_text: TextSink<'a>,
+    ) -> impl Future<Output = Result<Reply, ProviderError>> + Send + 'a;
+}
+
+/// Ids for calls whose provider gave none: unique within a session.
+pub(crate) fn made_up_call_id(counter: &std::sync::atomic::AtomicU64) -> String {
+    let n = counter.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    format!("call_{n}")
+}
