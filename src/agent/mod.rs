@@ -68,8 +68,22 @@ pub enum TurnEnd {
     Failed(ProviderError),
 }
 
+/// What the agent is doing, for the terminal (the event log has the full record).
+#[derive(Debug, Clone, Copy)]
+pub enum Progress<'a> {
+    /// The text of a reply that also calls tools: commentary, not the answer.
+    Commentary(&'a str),
+    /// A call is about to run: its tool and a one-line summary.
+    ToolStart { name: &'a str, summary: &'a str },
+    /// A call finished (or was refused): a one-line summary of the result.
+    ToolDone { name: &'a str, ok: bool, summary: &'a str },
+}
+
+pub type ProgressFn = Box<dyn Fn(Progress<'_>) + Send + Sync>;
+
 pub struct Agent<P: Provider> {
     provider: P,
+    progress: Option<ProgressFn>,
     toolbox: Toolbox,
     system: String,
     functions: Vec<FunctionDecl>,
@@ -102,6 +116,7 @@ impl<P: Provider> Agent<P> {
             .collect();
         Agent {
             provider,
+            progress: None,
             toolbox,
             system,
             functions,
@@ -111,6 +126,18 @@ impl<P: Provider> Agent<P> {
             max_steps,
             history: Vec::new(),
             stats: Stats::default(),
+        }
+    }
+
+    /// Reports progress to `progress` (the terminal), besides the event log.
+    pub fn with_progress(mut self, progress: ProgressFn) -> Agent<P> {
+        self.progress = Some(progress);
+        self
+    }
+
+    fn report(&self, progress: Progress<'_>) {
+        if let Some(report) = &self.progress {
+            report(progress);
         }
     }
 
@@ -158,6 +185,9 @@ impl<P: Provider> Agent<P> {
                 return self.end(TurnEnd::MaxSteps(self.max_steps));
             }
             rounds += 1;
+            if !turn.text.trim().is_empty() {
+                self.report(Progress::Commentary(&turn.text));
+            }
             let (outputs, end) = self.run_calls(&turn.calls, cancel).await;
             self.history.push(Message::ToolResults(outputs));
             if let Some(end) = end {
@@ -267,19 +297,31 @@ impl<P: Provider> Agent<P> {
             return (outputs, Some(TurnEnd::Stopped));
         }
 
-        let toolbox = &self.toolbox;
-        let events = &self.events;
+        let this = &*self;
         let runs = calls.iter().zip(plans).map(|(call, plan)| async move {
             match plan {
                 Plan::Run => {
+                    let summary = one_line(call);
+                    this.report(Progress::ToolStart { name: &call.name, summary: &summary });
                     let started = Instant::now();
-                    let result = toolbox
+                    let result = this
+                        .toolbox
                         .call_with_cancel(&call.name, call.args.clone(), cancel.cancelled())
                         .await;
-                    log_result(events, call, &result, started.elapsed());
+                    let elapsed = started.elapsed();
+                    log_result(&this.events, call, &result, elapsed);
+                    let done = format!(
+                        "{} ({:.1} s)",
+                        result.text.lines().next().unwrap_or_default(),
+                        elapsed.as_secs_f64()
+                    );
+                    this.report(Progress::ToolDone { name: &call.name, ok: result.ok, summary: &done });
                     output(call, result.ok, result.text)
                 }
-                Plan::Deny(text) => output(call, false, text),
+                Plan::Deny(text) => {
+                    this.report(Progress::ToolDone { name: &call.name, ok: false, summary: "denied by the user" });
+                    output(call, false, text)
+                }
                 Plan::Stop => unreachable!("a stopped turn runs nothing"),
             }
         });
@@ -376,6 +418,23 @@ fn output(call: &ToolCall, ok: bool, text: String) -> ToolOutput {
         ok,
         text,
     }
+}
+
+/// "cargo test --all", "src/main.rs": what a call is about, on one line.
+fn one_line(call: &ToolCall) -> String {
+    let args = match &call.args {
+        Value::String(text) => serde_json::from_str(text).unwrap_or(Value::Null),
+        other => other.clone(),
+    };
+    let text = ["command", "path"]
+        .iter()
+        .find_map(|key| args[key].as_str())
+        .unwrap_or_default();
+    let mut line: String = text.lines().next().unwrap_or_default().chars().take(120).collect();
+    if line.len() < text.len() {
+        line.push('…');
+    }
+    line
 }
 
 fn log_result(events: &EventLog, call: &ToolCall, result: &ToolResult, elapsed: Duration) {

@@ -1,13 +1,430 @@
 //! `chitti run` and `chitti chat`: the agent on the command line.
+//!
+//! Everything but `run`'s final answer goes to stderr, so that `chitti run … > answer.md`
+//! captures the answer alone. Exit status of `run`: 0 answered; 1 the turn ended without
+//! an answer (API failure, step limit, stopped by the user); 2 bad input (config, flags,
+//! workspace); 125 the sandbox asked for with `--backend` cannot be set up.
 
-use super::{report_error, AgentArgs};
+use std::io::{IsTerminal, Write};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
-pub fn run(_args: AgentArgs, _prompt: String) -> i32 {
-    report_error("chitti run is not built yet");
-    2
+use serde_json::json;
+use tokio_util::sync::CancellationToken;
+
+use super::{report_error, AgentArgs, ApprovalMode, ProviderName};
+use crate::agent::approval::{Answer, Approval, Asker, SharedAsker, TerminalAsker, CHOICES};
+use crate::agent::events::EventLog;
+use crate::agent::instructions::{self, SandboxFacts};
+use crate::agent::{Agent, Progress, TurnEnd};
+use crate::config::Config;
+use crate::policy::{profile, ChittiDirs, Overrides, Policy};
+use crate::provider::http::RetryNotice;
+use crate::provider::{gemini, openai, AnyProvider, HttpOptions};
+use crate::sandbox::{self, Backend, BackendChoice, Capabilities};
+use crate::tools::Toolbox;
+
+pub const DEFAULT_MAX_STEPS: u32 = 25;
+
+/// A failure before the agent started: the message and the exit status.
+struct Refusal(i32, String);
+
+fn bad_input(message: impl Into<String>) -> Refusal {
+    Refusal(2, message.into())
 }
 
-pub fn chat(_args: AgentArgs) -> i32 {
-    report_error("chitti chat is not built yet");
-    2
+/// Everything a session needs, resolved from flags, the config file and the machine.
+struct Session {
+    provider: AnyProvider,
+    toolbox: Toolbox,
+    system: String,
+    approval: ApprovalMode,
+    max_steps: u32,
+    events: Arc<EventLog>,
+}
+
+impl Session {
+    fn build(args: &AgentArgs, stream: bool) -> Result<Session, Refusal> {
+        let dirs = ChittiDirs::from_env().map_err(|e| bad_input(e.to_string()))?;
+        let config_path = Config::path(&dirs.config);
+        let config = Config::load(&config_path).map_err(bad_input)?;
+        crate::config::warn_if_exposed(&config_path, &config);
+
+        // The sandbox first: a bad workspace or profile is reported before any key.
+        let profile_name = args
+            .profile
+            .clone()
+            .or_else(|| config.profile.clone())
+            .unwrap_or_else(|| profile::DEFAULT_PROFILE.to_string());
+        let profile = profile::load(&profile_name, Some(&dirs.user_profiles()))
+            .map_err(|e| bad_input(e.to_string()))?;
+        let workspace = match &args.workspace {
+            Some(w) => w.clone(),
+            None => std::env::current_dir()
+                .map_err(|e| bad_input(format!("cannot read the current directory: {e}")))?,
+        };
+        let policy = Policy::resolve(&profile, &workspace, &Overrides::default(), &dirs, std::env::vars_os())
+            .map_err(|e| bad_input(e.to_string()))?;
+        let backend = pick_backend(args.backend, &dirs.state)?;
+
+        let approval = args.approval.or(config.approval).unwrap_or(ApprovalMode::Ask);
+        if approval == ApprovalMode::Auto {
+            eprintln!(
+                "chitti: warning: --approval auto: sandboxed commands and file changes run \
+                 without asking (anything outside the sandbox is still asked about)"
+            );
+        }
+        let events_path = args
+            .events
+            .clone()
+            .unwrap_or_else(|| EventLog::default_path(&dirs.state));
+        let events = Arc::new(EventLog::open(&events_path).map_err(bad_input)?);
+
+        let provider = build_provider(args, &config, stream, &events)?;
+        let mut toolbox = Toolbox::new(Arc::new(policy), backend);
+        toolbox.allow_sandbox_false = config.allow_unsandboxed;
+        if let Some(cap) = config.output_cap {
+            toolbox.output_cap = cap;
+        }
+        let facts = SandboxFacts {
+            backend: (backend != Backend::None).then(|| backend.name().to_string()),
+            network: toolbox.policy.network,
+            extra_writable: toolbox
+                .policy
+                .writable
+                .iter()
+                .filter(|w| **w != toolbox.policy.workspace)
+                .map(|w| w.display().to_string())
+                .collect(),
+        };
+        let path_var = crate::policy::env::get(&toolbox.policy.env, "PATH").unwrap_or_default();
+        let system = instructions::system_instruction(
+            &toolbox.policy.workspace,
+            &facts,
+            &path_var.to_string_lossy(),
+        );
+        events.log(
+            "session",
+            json!({"provider": crate::provider::Provider::name(&provider),
+                   "model": crate::provider::Provider::model(&provider),
+                   "workspace": toolbox.policy.workspace, "profile": toolbox.policy.profile,
+                   "backend": backend.name(), "approval": approval,
+                   "network": toolbox.policy.network, "version": env!("CARGO_PKG_VERSION")}),
+        );
+        eprintln!(
+            "chitti: {} {} · workspace {} · sandbox {} · approval {} · events {}",
+            crate::provider::Provider::name(&provider),
+            crate::provider::Provider::model(&provider),
+            toolbox.policy.workspace.display(),
+            backend.name(),
+            approval_name(approval),
+            events.path().display()
+        );
+        Ok(Session {
+            provider,
+            toolbox,
+            system,
+            approval,
+            max_steps: args.max_steps.or(config.max_steps).unwrap_or(DEFAULT_MAX_STEPS),
+            events,
+        })
+    }
+
+    fn into_agent(self, asker: SharedAsker) -> Agent<AnyProvider> {
+        Agent::new(
+            self.provider,
+            self.toolbox,
+            self.system,
+            Approval::new(self.approval),
+            asker,
+            self.events,
+            self.max_steps,
+        )
+        .with_progress(Box::new(print_progress))
+    }
+}
+
+fn approval_name(mode: ApprovalMode) -> &'static str {
+    match mode {
+        ApprovalMode::Ask => "ask",
+        ApprovalMode::AutoSandboxed => "auto-sandboxed",
+        ApprovalMode::Auto => "auto",
+    }
+}
+
+/// The backend for execute_bash. When `auto` finds none, the session still starts, but
+/// every command is put to the user first: never a silent run outside the sandbox.
+fn pick_backend(choice: BackendChoice, state_dir: &std::path::Path) -> Result<Backend, Refusal> {
+    match sandbox::select(choice, Capabilities::get(), state_dir) {
+        Ok(selection) if selection.backend == Backend::None => {
+            eprintln!(
+                "chitti: WARNING: --backend none: commands run UNSANDBOXED; you will be \
+                 asked before each one"
+            );
+            Ok(Backend::None)
+        }
+        Ok(selection) => Ok(selection.backend),
+        Err(e) if choice == BackendChoice::Auto => {
+            eprintln!(
+                "chitti: WARNING: no sandbox can be set up here, so every command will be \
+                 put to you before it runs, unsandboxed.\n{e}"
+            );
+            Ok(Backend::None)
+        }
+        Err(e) => Err(Refusal(125, e.to_string())),
+    }
+}
+
+fn build_provider(
+    args: &AgentArgs,
+    config: &Config,
+    stream: bool,
+    events: &Arc<EventLog>,
+) -> Result<AnyProvider, Refusal> {
+    let name = args.provider.or(config.provider).unwrap_or(ProviderName::Gemini);
+    let settings = config.provider(name);
+    let events = Arc::clone(events);
+    let options = HttpOptions {
+        idle_timeout: Duration::from_secs(config.request_timeout_secs.unwrap_or(120).max(1)),
+        max_retries: config.max_retries.unwrap_or(3),
+        on_retry: Some(Arc::new(move |notice: &RetryNotice| {
+            eprintln!(
+                "chitti: {}; retrying in {:.1} s (attempt {} of {})",
+                notice.reason,
+                notice.wait.as_secs_f64(),
+                notice.attempt,
+                notice.max_attempts
+            );
+            events.log(
+                "api_retry",
+                json!({"reason": notice.reason, "wait_ms": notice.wait.as_millis() as u64,
+                       "attempt": notice.attempt}),
+            );
+        })),
+        ..HttpOptions::default()
+    };
+    let from_env = |var: &str| std::env::var(var).ok().filter(|v| !v.trim().is_empty());
+    let model = args.model.clone().or_else(|| settings.model.clone());
+    let base_url = args.base_url.clone().or_else(|| settings.base_url.clone());
+    if let Some(url) = &base_url {
+        if !(url.starts_with("http://") || url.starts_with("https://")) {
+            return Err(bad_input(format!(
+                "--base-url {url}: expected an http:// or https:// URL"
+            )));
+        }
+    }
+    let provider = match name {
+        ProviderName::Gemini => {
+            let key = from_env("GEMINI_API_KEY").or_else(|| settings.api_key.clone()).ok_or_else(|| {
+                bad_input(
+                    "no Gemini API key: set GEMINI_API_KEY, or put `api_key = \"…\"` under \
+                     [gemini] in ~/.config/chitti/config.toml (or use --provider openai)",
+                )
+            })?;
+            gemini::Gemini::new(
+                base_url.as_deref().unwrap_or(gemini::DEFAULT_BASE_URL),
+                model.as_deref().unwrap_or(gemini::DEFAULT_MODEL),
+                key,
+                stream,
+                options,
+            )
+            .map(AnyProvider::Gemini)
+        }
+        ProviderName::Openai => {
+            let key = from_env("OPENAI_API_KEY").or_else(|| settings.api_key.clone());
+            let base = base_url.as_deref().unwrap_or(openai::DEFAULT_BASE_URL);
+            if key.is_none() && base == openai::DEFAULT_BASE_URL {
+                return Err(bad_input(
+                    "no OpenAI API key: set OPENAI_API_KEY, or put `api_key = \"…\"` under \
+                     [openai] in ~/.config/chitti/config.toml; for a local server, pass \
+                     --base-url (e.g. http://localhost:11434/v1)",
+                ));
+            }
+            openai::OpenAi::new(
+                base,
+                model.as_deref().unwrap_or(openai::DEFAULT_MODEL),
+                key,
+                stream,
+                options,
+            )
+            .map(AnyProvider::OpenAi)
+        }
+    };
+    provider.map_err(|e| Refusal(1, e.to_string()))
+}
+
+fn print_progress(progress: Progress<'_>) {
+    let mut err = std::io::stderr().lock();
+    let _ = match progress {
+        Progress::Commentary(text) => writeln!(err, "{}", text.trim_end()),
+        Progress::ToolStart { name, summary } => writeln!(err, "→ {name}: {summary}"),
+        Progress::ToolDone { name, ok, summary } => {
+            let mark = if ok { "←" } else { "✗" };
+            writeln!(err, "{mark} {name}: {summary}")
+        }
+    };
+}
+
+fn runtime() -> Result<tokio::runtime::Runtime, Refusal> {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .map_err(|e| Refusal(1, format!("cannot start the async runtime: {e}")))
+}
+
+/// `chitti run PROMPT`.
+pub fn run(args: AgentArgs, prompt: String) -> i32 {
+    match run_task(&args, &prompt) {
+        Ok(code) => code,
+        Err(Refusal(code, message)) => {
+            report_error(&message);
+            code
+        }
+    }
+}
+
+fn run_task(args: &AgentArgs, prompt: &str) -> Result<i32, Refusal> {
+    if prompt.trim().is_empty() {
+        return Err(bad_input("the prompt is empty: say what to do, e.g. chitti run \"list the TODOs\""));
+    }
+    let rt = runtime()?;
+    let session = Session::build(args, !args.no_stream)?;
+    let asker: SharedAsker = Arc::new(Mutex::new(TerminalAsker::new()));
+    let mut agent = session.into_agent(asker);
+    let started = Instant::now();
+    // Text arrives in pieces; whether it is the answer is known only at the end.
+    let mut sink = |_: &str| {};
+    let end = rt.block_on(agent.turn(prompt, &mut sink, &CancellationToken::new()));
+    let code = match end {
+        TurnEnd::Answer(answer) => {
+            super::out(&answer);
+            if !answer.ends_with('\n') {
+                super::out("\n");
+            }
+            0
+        }
+        other => {
+            report_error(&describe_end(&other));
+            1
+        }
+    };
+    eprintln!("chitti: {}", agent.stats.summary(started.elapsed()));
+    Ok(code)
+}
+
+fn describe_end(end: &TurnEnd) -> String {
+    match end {
+        TurnEnd::Answer(_) => "answered".to_string(),
+        TurnEnd::Stopped => "stopped by the user".to_string(),
+        TurnEnd::MaxSteps(n) => format!(
+            "gave up: the model was still calling tools after {n} rounds (raise --max-steps)"
+        ),
+        TurnEnd::Cancelled => "cancelled".to_string(),
+        TurnEnd::Failed(e) => e.message.clone(),
+    }
+}
+
+/// Reads lines (and approval answers) with line editing on a terminal, plainly from
+/// stdin otherwise.
+struct LineEditor(rustyline::DefaultEditor);
+
+impl Asker for Arc<Mutex<LineEditor>> {
+    fn ask(&mut self, question: &str) -> Answer {
+        use rustyline::error::ReadlineError;
+        eprint!("{question}");
+        let mut editor = self.lock().unwrap_or_else(|e| e.into_inner());
+        loop {
+            match editor.0.readline(&format!("Allow? {CHOICES}: ")) {
+                Ok(line) => match Answer::parse(&line) {
+                    Some(answer) => return answer,
+                    None => eprintln!("please answer y, a, n or s"),
+                },
+                // Ctrl-C at the question ends the turn; end of input means no.
+                Err(ReadlineError::Interrupted) => return Answer::Stop,
+                Err(_) => return Answer::No,
+            }
+        }
+    }
+}
+
+/// `chitti chat`.
+pub fn chat(args: AgentArgs) -> i32 {
+    match chat_session(&args) {
+        Ok(code) => code,
+        Err(Refusal(code, message)) => {
+            report_error(&message);
+            code
+        }
+    }
+}
+
+fn chat_session(args: &AgentArgs) -> Result<i32, Refusal> {
+    let rt = runtime()?;
+    let session = Session::build(args, !args.no_stream)?;
+    let editor = rustyline::DefaultEditor::new()
+        .map_err(|e| Refusal(1, format!("cannot set up line editing: {e}")))?;
+    let editor = Arc::new(Mutex::new(LineEditor(editor)));
+    let asker: SharedAsker = Arc::new(Mutex::new(Arc::clone(&editor)));
+    let mut agent = session.into_agent(asker);
+    let started = Instant::now();
+    let interactive = std::io::stdin().is_terminal();
+    if interactive {
+        eprintln!("chitti: ask away. Ctrl-C stops the current turn; Ctrl-D or /exit quits.");
+    }
+    rt.block_on(async {
+        // From here on Ctrl-C cancels a turn instead of ending chitti.
+        let mut interrupts = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())
+            .map_err(|e| Refusal(1, format!("cannot handle Ctrl-C: {e}")))?;
+        loop {
+            let line = {
+                let editor = Arc::clone(&editor);
+                tokio::task::spawn_blocking(move || {
+                    editor.lock().unwrap_or_else(|e| e.into_inner()).0.readline("› ")
+                })
+                .await
+                .map_err(|e| Refusal(1, format!("the input thread failed: {e}")))?
+            };
+            let line = match line {
+                Ok(line) => line,
+                Err(rustyline::error::ReadlineError::Interrupted) => continue,
+                Err(rustyline::error::ReadlineError::Eof) => break,
+                Err(e) => return Err(Refusal(1, format!("cannot read input: {e}"))),
+            };
+            let prompt = line.trim();
+            if prompt.is_empty() {
+                continue;
+            }
+            if prompt == "/exit" || prompt == "/quit" {
+                break;
+            }
+            let _ = editor
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .0
+                .add_history_entry(prompt);
+            let cancel = CancellationToken::new();
+            let mut sink = |text: &str| super::out(text);
+            // Ctrl-C cancels the token; the turn itself then kills what it runs and
+            // returns, so nothing is left behind.
+            let turn = agent.turn(prompt, &mut sink, &cancel);
+            tokio::pin!(turn);
+            let end = loop {
+                tokio::select! {
+                    end = &mut turn => break end,
+                    _ = interrupts.recv(), if !cancel.is_cancelled() => {
+                        cancel.cancel();
+                        eprintln!("\nchitti: stopping this turn…");
+                    }
+                }
+            };
+            match end {
+                TurnEnd::Answer(_) => super::out("\n"),
+                other => report_error(&describe_end(&other)),
+            }
+        }
+        Ok(())
+    })?;
+    eprintln!("chitti: {}", agent.stats.summary(started.elapsed()));
+    Ok(0)
 }

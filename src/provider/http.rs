@@ -321,6 +321,16 @@ pub async fn read_sse(
     mut response: reqwest::Response,
     mut on_event: impl FnMut(&str) -> Result<(), ProviderError>,
 ) -> Result<(), ProviderError> {
+    // Some proxies and local servers answer a streaming request with one JSON body.
+    let is_json = response
+        .headers()
+        .get("content-type")
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.starts_with("application/json"));
+    if is_json {
+        let json = read_json(api, response).await?;
+        return on_event(&json.to_string());
+    }
     let mut parser = super::sse::Parser::default();
     loop {
         let chunk = response.chunk().await.map_err(|e| {

@@ -115,3 +115,36 @@ pub(crate) fn made_up_call_id(counter: &std::sync::atomic::AtomicU64) -> String 
     let n = counter.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     format!("call_{n}")
 }
+
+/// The provider chosen at run time.
+pub enum AnyProvider {
+    Gemini(gemini::Gemini),
+    OpenAi(openai::OpenAi),
+}
+
+impl Provider for AnyProvider {
+    fn name(&self) -> &str {
+        match self {
+            AnyProvider::Gemini(p) => p.name(),
+            AnyProvider::OpenAi(p) => p.name(),
+        }
+    }
+
+    fn model(&self) -> &str {
+        match self {
+            AnyProvider::Gemini(p) => p.model(),
+            AnyProvider::OpenAi(p) => p.model(),
+        }
+    }
+
+    async fn complete<'a>(
+        &'a self,
+        request: Request<'a>,
+        on_text: TextSink<'a>,
+    ) -> Result<Reply, ProviderError> {
+        match self {
+            AnyProvider::Gemini(p) => p.complete(request, on_text).await,
+            AnyProvider::OpenAi(p) => p.complete(request, on_text).await,
+        }
+    }
+}
