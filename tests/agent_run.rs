@@ -78,16 +78,37 @@ impl<'a> Agent<'a> {
     }
 
     fn run(&self, prompt: &str) -> Run {
+        let mut cmd = self.command("run");
+        cmd.arg(prompt);
+        let mut child = cmd.spawn().expect("spawn chitti run");
+        let mut stdin = child.stdin.take().unwrap();
+        stdin.write_all(self.stdin.as_bytes()).unwrap();
+        drop(stdin);
+        let out = child.wait_with_output().unwrap();
+        let run = Run {
+            code: out.status.code(),
+            stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+            stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+        };
+        eprintln!("--- chitti run stderr ---\n{}", run.stderr);
+        run
+    }
+
+    /// `chitti chat`, started; the caller writes its input.
+    fn chat(&self) -> std::process::Child {
+        self.command("chat").spawn().expect("spawn chitti chat")
+    }
+
+    fn command(&self, subcommand: &str) -> Command {
         let base_url = match self.provider {
             "openai" => format!("{}/v1", self.server.url),
             _ => self.server.url.clone(),
         };
         let mut cmd = Command::new(common::chitti_bin());
-        cmd.args(["run", "--provider", self.provider, "--model", MODEL, "--base-url", &base_url])
+        cmd.args([subcommand, "--provider", self.provider, "--model", MODEL, "--base-url", &base_url])
             .arg("--events")
             .arg(&self.events)
             .args(&self.args)
-            .arg(prompt)
             .current_dir(&self.fx.ws)
             .env_clear()
             .env("PATH", PATH)
@@ -104,18 +125,7 @@ impl<'a> Agent<'a> {
                 Ok(())
             });
         }
-        let mut child = cmd.spawn().expect("spawn chitti run");
-        let mut stdin = child.stdin.take().unwrap();
-        stdin.write_all(self.stdin.as_bytes()).unwrap();
-        drop(stdin);
-        let out = child.wait_with_output().unwrap();
-        let run = Run {
-            code: out.status.code(),
-            stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
-            stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
-        };
-        eprintln!("--- chitti run stderr ---\n{}", run.stderr);
-        run
+        cmd
     }
 
     fn events(&self) -> Vec<Value> {
@@ -601,4 +611,122 @@ fn every_step_is_in_the_event_log() {
     let mode = std::fs::metadata(&agent.events).unwrap();
     use std::os::unix::fs::PermissionsExt;
     assert_eq!(mode.permissions().mode() & 0o077, 0, "the event log is private");
+}
+
+// --- Unsandboxed calls -----------------------------------------------------------------
+
+#[test]
+fn sandbox_false_is_refused_unless_the_config_allows_it() {
+    let fx = Fixture::new();
+    let escaped = fx.outside.join("escaped");
+    let command = format!("touch {}", escaped.display());
+    let call = json!({"command": command, "sandbox": false});
+    let script = || {
+        vec![
+            Reply::Json(200, gemini_calls(&[(Some("u"), "execute_bash", call.clone(), None)])),
+            Reply::Json(200, gemini_text("ok")),
+        ]
+    };
+    // Not allowed by the config: refused, and the user is not even asked.
+    let server = ModelServer::start(script());
+    let run = Agent::new(&fx, "gemini", &server).arg("--approval").arg("auto").stdin("y\n").run("go");
+    assert_eq!(run.code, Some(0), "{}", run.stderr);
+    assert!(!escaped.exists());
+    let responses = gemini_responses(&server.requests()[1]);
+    assert!(responses[0]["response"]["error"].as_str().unwrap().contains("not allowed"), "{responses:?}");
+    assert!(!run.stderr.contains("OUTSIDE THE SANDBOX"), "{}", run.stderr);
+
+    // Allowed: asked even in auto mode, and "no" keeps it from running.
+    let server = ModelServer::start(script());
+    let run = Agent::new(&fx, "gemini", &server)
+        .config("allow_unsandboxed = true\n")
+        .arg("--approval")
+        .arg("auto")
+        .stdin("n\n")
+        .run("go");
+    assert_eq!(run.code, Some(0), "{}", run.stderr);
+    assert!(run.stderr.contains("OUTSIDE THE SANDBOX"), "{}", run.stderr);
+    assert!(!escaped.exists(), "a denied unsandboxed command ran");
+
+    // Allowed and approved: it really runs outside.
+    let server = ModelServer::start(script());
+    let run = Agent::new(&fx, "gemini", &server)
+        .config("allow_unsandboxed = true\n")
+        .arg("--approval")
+        .arg("auto-sandboxed")
+        .stdin("y\n")
+        .run("go");
+    assert_eq!(run.code, Some(0), "{}", run.stderr);
+    assert!(escaped.exists(), "an approved unsandboxed command did not run");
+}
+
+// --- chat ----------------------------------------------------------------------------
+
+fn wait_for(what: &str, limit: Duration, mut done: impl FnMut() -> bool) {
+    let started = Instant::now();
+    while !done() {
+        assert!(started.elapsed() < limit, "waited {limit:?} for {what}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn chat_streams_answers_and_keeps_the_conversation() {
+    let fx = Fixture::new();
+    let chunk = |delta: Value| json!({"choices": [{"index": 0, "delta": delta}]});
+    let server = ModelServer::start(vec![
+        Reply::Sse(vec![chunk(json!({"content": "first "})), chunk(json!({"content": "answer"}))]),
+        Reply::Sse(vec![chunk(json!({"content": "second answer"}))]),
+    ]);
+    let agent = Agent::new(&fx, "openai", &server);
+    let mut child = agent.chat();
+    child.stdin.take().unwrap().write_all(b"one\n\ntwo\n/exit\n").unwrap();
+    let out = child.wait_with_output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(stdout.contains("first answer\n") && stdout.contains("second answer\n"), "{stdout}");
+    let requests = server.requests();
+    assert_eq!(requests.len(), 2, "an empty line is not a prompt");
+    let messages = requests[1].body["messages"].as_array().unwrap();
+    let roles: Vec<&str> = messages.iter().map(|m| m["role"].as_str().unwrap()).collect();
+    assert_eq!(roles, ["system", "user", "assistant", "user"]);
+    assert_eq!(messages[2]["content"], "first answer");
+}
+
+#[test]
+fn ctrl_c_in_chat_stops_the_turn_not_the_program() {
+    let fx = Fixture::new();
+    let server = ModelServer::start(vec![
+        Reply::Json(200, gemini_calls(&[(Some("long"), "execute_bash", bash("touch started; sleep 4; touch late"), None)])),
+        Reply::Json(200, gemini_text("still here")),
+    ]);
+    let agent = Agent::new(&fx, "gemini", &server).arg("--approval").arg("auto-sandboxed").arg("--no-stream");
+    let mut child = agent.chat();
+    let mut stdin = child.stdin.take().unwrap();
+    stdin.write_all(b"start something long\n").unwrap();
+    wait_for("the command to start", Duration::from_secs(20), || fx.ws("started").exists());
+    unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
+    // The turn ends and the command dies with it; chitti waits for the next prompt.
+    std::thread::sleep(Duration::from_millis(500));
+    assert!(child.try_wait().unwrap().is_none(), "Ctrl-C ended chitti chat");
+    stdin.write_all(b"are you there?\n/exit\n").unwrap();
+    drop(stdin);
+    let out = child.wait_with_output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert!(stdout.contains("still here"), "{stdout}\n{stderr}");
+    std::thread::sleep(Duration::from_secs(4));
+    assert!(!fx.ws("late").exists(), "the cancelled command kept running");
+    // The model was told the call was cancelled, so the conversation stays valid.
+    let requests = server.requests();
+    assert_eq!(requests.len(), 2);
+    let responses = gemini_responses_before_last_user(&requests[1]);
+    assert!(responses.contains("cancel"), "{responses}");
+}
+
+/// The text of the functionResponse parts sent before the last user message.
+fn gemini_responses_before_last_user(request: &Recorded) -> String {
+    let contents = request.body["contents"].as_array().unwrap();
+    contents[contents.len() - 2].to_string()
 }

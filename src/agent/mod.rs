@@ -43,10 +43,11 @@ impl Stats {
             Some(u) => format!(", {} tokens in, {} out", u.input_tokens, u.output_tokens),
             None => String::new(),
         };
+        let count = |n: u32, one: &str, many: &str| format!("{n} {}", if n == 1 { one } else { many });
         format!(
-            "{} steps, {} tool calls, {} denied{tokens}, {:.1} s",
-            self.steps,
-            self.tool_calls,
+            "{}, {}, {} denied{tokens}, {:.1} s",
+            count(self.steps, "step", "steps"),
+            count(self.tool_calls, "tool call", "tool calls"),
             self.denials,
             elapsed.as_secs_f64()
         )
@@ -340,6 +341,9 @@ impl<P: Provider> Agent<P> {
             Ok(args) => args,
             Err(_) => return Plan::Run, // The toolbox answers with what is wrong.
         };
+        if args["sandbox"] == Value::Bool(false) && !self.toolbox.allow_sandbox_false {
+            return Plan::Run; // Refused by the toolbox: not worth a question.
+        }
         let view = CallView {
             tool,
             sandboxed: self.is_sandboxed(tool, &args),
