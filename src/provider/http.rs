@@ -18,8 +18,10 @@ pub struct HttpOptions {
     /// A 429 that asks to wait longer than this is not retried.
     pub max_retry_after: Duration,
     /// Told about every retry (the agent prints it and logs an event).
-    pub on_retry: Option<Arc<dyn Fn(&RetryNotice) + Send + Sync>>,
+    pub on_retry: Option<RetryHook>,
 }
+
+pub type RetryHook = Arc<dyn Fn(&RetryNotice) + Send + Sync>;
 
 impl Default for HttpOptions {
     fn default() -> Self {
