@@ -130,7 +130,7 @@ impl Session {
         })
     }
 
-    fn into_agent(self, asker: SharedAsker) -> Agent<AnyProvider> {
+    fn into_agent(self, asker: SharedAsker, progress: crate::agent::ProgressFn) -> Agent<AnyProvider> {
         Agent::new(
             self.provider,
             self.toolbox,
@@ -140,7 +140,7 @@ impl Session {
             self.events,
             self.max_steps,
         )
-        .with_progress(Box::new(print_progress))
+        .with_progress(progress)
     }
 }
 
@@ -253,6 +253,7 @@ fn build_provider(
     provider.map_err(|e| Refusal(1, e.to_string()))
 }
 
+/// `run`: commentary was not shown as it streamed, so it is shown now, on stderr.
 fn print_progress(progress: Progress<'_>) {
     let mut err = std::io::stderr().lock();
     let _ = match progress {
@@ -263,6 +264,14 @@ fn print_progress(progress: Progress<'_>) {
             writeln!(err, "{mark} {name}: {summary}")
         }
     };
+}
+
+/// `chat`: commentary already streamed to stdout; end its line before the tool lines.
+fn print_chat_progress(progress: Progress<'_>) {
+    match progress {
+        Progress::Commentary(_) => super::out("\n"),
+        other => print_progress(other),
+    }
 }
 
 fn runtime() -> Result<tokio::runtime::Runtime, Refusal> {
@@ -291,7 +300,7 @@ fn run_task(args: &AgentArgs, prompt: &str) -> Result<i32, Refusal> {
     let rt = runtime()?;
     let session = Session::build(args, !args.no_stream)?;
     let asker: SharedAsker = Arc::new(Mutex::new(TerminalAsker::new()));
-    let mut agent = session.into_agent(asker);
+    let mut agent = session.into_agent(asker, Box::new(print_progress));
     let started = Instant::now();
     // Text arrives in pieces; whether it is the answer is known only at the end.
     let mut sink = |_: &str| {};
@@ -366,7 +375,7 @@ fn chat_session(args: &AgentArgs) -> Result<i32, Refusal> {
         .map_err(|e| Refusal(1, format!("cannot set up line editing: {e}")))?;
     let editor = Arc::new(Mutex::new(LineEditor(editor)));
     let asker: SharedAsker = Arc::new(Mutex::new(Arc::clone(&editor)));
-    let mut agent = session.into_agent(asker);
+    let mut agent = session.into_agent(asker, Box::new(print_chat_progress));
     let started = Instant::now();
     let interactive = std::io::stdin().is_terminal();
     if interactive {
@@ -420,6 +429,7 @@ fn chat_session(args: &AgentArgs) -> Result<i32, Refusal> {
             };
             match end {
                 TurnEnd::Answer(_) => super::out("\n"),
+                TurnEnd::Cancelled => eprintln!("chitti: turn stopped; what ran was killed"),
                 other => report_error(&describe_end(&other)),
             }
         }
