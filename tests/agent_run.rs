@@ -105,19 +105,27 @@ impl<'a> Agent<'a> {
             _ => self.server.url.clone(),
         };
         let mut cmd = Command::new(common::chitti_bin());
-        cmd.args([subcommand, "--provider", self.provider, "--model", MODEL, "--base-url", &base_url])
-            .arg("--events")
-            .arg(&self.events)
-            .args(&self.args)
-            .current_dir(&self.fx.ws)
-            .env_clear()
-            .env("PATH", PATH)
-            .env("HOME", &self.fx.home)
-            .env("LANG", "C.UTF-8")
-            .envs(self.env.iter().map(|(k, v)| (k, v)))
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped());
+        cmd.args([
+            subcommand,
+            "--provider",
+            self.provider,
+            "--model",
+            MODEL,
+            "--base-url",
+            &base_url,
+        ])
+        .arg("--events")
+        .arg(&self.events)
+        .args(&self.args)
+        .current_dir(&self.fx.ws)
+        .env_clear()
+        .env("PATH", PATH)
+        .env("HOME", &self.fx.home)
+        .env("LANG", "C.UTF-8")
+        .envs(self.env.iter().map(|(k, v)| (k, v)))
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
         // No controlling terminal: approvals come from stdin.
         unsafe {
             cmd.pre_exec(|| {
@@ -192,21 +200,36 @@ fn gemini_parallel_calls(stream: bool) {
     let fx = Fixture::new();
     common::write(&fx.ws("notes.txt"), "hello\n");
     let first = gemini_calls(&[
-        (Some("id-1"), "execute_bash", bash("echo from-bash"), Some("c2lnLW9uZQ==")),
+        (
+            Some("id-1"),
+            "execute_bash",
+            bash("echo from-bash"),
+            Some("c2lnLW9uZQ=="),
+        ),
         (None, "read_file", json!({"path": "notes.txt"}), None),
     ]);
     let script = if stream {
         // The reply split over two chunks, the signature on the second.
         let mut a = first.clone();
         let mut b = first.clone();
-        a["candidates"][0]["content"]["parts"] = json!([first["candidates"][0]["content"]["parts"][0]]);
-        b["candidates"][0]["content"]["parts"] = json!([first["candidates"][0]["content"]["parts"][1]]);
-        vec![Reply::Sse(vec![a, b]), Reply::Sse(vec![gemini_text("All "), gemini_text("done.")])]
+        a["candidates"][0]["content"]["parts"] =
+            json!([first["candidates"][0]["content"]["parts"][0]]);
+        b["candidates"][0]["content"]["parts"] =
+            json!([first["candidates"][0]["content"]["parts"][1]]);
+        vec![
+            Reply::Sse(vec![a, b]),
+            Reply::Sse(vec![gemini_text("All "), gemini_text("done.")]),
+        ]
     } else {
-        vec![Reply::Json(200, first.clone()), Reply::Json(200, gemini_text("All done."))]
+        vec![
+            Reply::Json(200, first.clone()),
+            Reply::Json(200, gemini_text("All done.")),
+        ]
     };
     let server = ModelServer::start(script);
-    let mut agent = Agent::new(&fx, "gemini", &server).arg("--approval").arg("auto-sandboxed");
+    let mut agent = Agent::new(&fx, "gemini", &server)
+        .arg("--approval")
+        .arg("auto-sandboxed");
     if !stream {
         agent = agent.arg("--no-stream");
     }
@@ -216,18 +239,37 @@ fn gemini_parallel_calls(stream: bool) {
 
     let requests = server.requests();
     assert_eq!(requests.len(), 2);
-    let method = if stream { "streamGenerateContent?alt=sse" } else { "generateContent" };
+    let method = if stream {
+        "streamGenerateContent?alt=sse"
+    } else {
+        "generateContent"
+    };
     assert_eq!(requests[0].path, format!("/v1beta/models/{MODEL}:{method}"));
-    assert_eq!(requests[0].header("x-goog-api-key"), Some("test-key-not-secret"));
+    assert_eq!(
+        requests[0].header("x-goog-api-key"),
+        Some("test-key-not-secret")
+    );
     let body = &requests[0].body;
-    assert!(body["systemInstruction"]["parts"][0]["text"].as_str().unwrap().contains("sandbox"));
+    assert!(body["systemInstruction"]["parts"][0]["text"]
+        .as_str()
+        .unwrap()
+        .contains("sandbox"));
     let names: Vec<&str> = body["tools"][0]["functionDeclarations"]
         .as_array()
         .unwrap()
         .iter()
         .map(|d| d["name"].as_str().unwrap())
         .collect();
-    assert_eq!(names, ["execute_bash", "read_file", "list_dir", "write_file", "edit_file"]);
+    assert_eq!(
+        names,
+        [
+            "execute_bash",
+            "read_file",
+            "list_dir",
+            "write_file",
+            "edit_file"
+        ]
+    );
 
     // The model's parts come back exactly as sent, signature included.
     let echoed = &requests[1].body["contents"][1];
@@ -238,10 +280,16 @@ fn gemini_parallel_calls(stream: bool) {
     assert_eq!(responses.len(), 2);
     assert_eq!(responses[0]["name"], "execute_bash");
     assert_eq!(responses[0]["id"], "id-1");
-    assert!(responses[0]["response"]["output"].as_str().unwrap().contains("from-bash"));
+    assert!(responses[0]["response"]["output"]
+        .as_str()
+        .unwrap()
+        .contains("from-bash"));
     assert_eq!(responses[1]["name"], "read_file");
     assert!(responses[1].get("id").is_none());
-    assert!(responses[1]["response"]["output"].as_str().unwrap().contains("hello"));
+    assert!(responses[1]["response"]["output"]
+        .as_str()
+        .unwrap()
+        .contains("hello"));
     assert!(run.stderr.contains("2 tool calls"), "{}", run.stderr);
 }
 
@@ -273,18 +321,25 @@ fn openai_text(text: &str) -> Value {
 /// The role:tool messages at the end of an OpenAI request.
 fn openai_tool_messages(request: &Recorded) -> Vec<Value> {
     let messages = request.body["messages"].as_array().unwrap();
-    messages.iter().filter(|m| m["role"] == "tool").cloned().collect()
+    messages
+        .iter()
+        .filter(|m| m["role"] == "tool")
+        .cloned()
+        .collect()
 }
 
 #[test]
 fn openai_parallel_calls_are_answered_by_id() {
     let fx = Fixture::new();
     let server = ModelServer::start(vec![
-        Reply::Json(200, openai_calls(&[
-            ("call_a", "execute_bash", r#"{"command": "echo alpha"}"#),
-            ("call_b", "list_dir", r#"{"path": "."}"#),
-            ("call_c", "read_file", r#"{"path": "x""#),
-        ])),
+        Reply::Json(
+            200,
+            openai_calls(&[
+                ("call_a", "execute_bash", r#"{"command": "echo alpha"}"#),
+                ("call_b", "list_dir", r#"{"path": "."}"#),
+                ("call_c", "read_file", r#"{"path": "x""#),
+            ]),
+        ),
         Reply::Json(200, openai_text("Finished.")),
     ]);
     let run = Agent::new(&fx, "openai", &server)
@@ -296,18 +351,34 @@ fn openai_parallel_calls_are_answered_by_id() {
     assert_eq!(run.stdout, "Finished.\n");
     let requests = server.requests();
     assert_eq!(requests[0].path, "/v1/chat/completions");
-    assert_eq!(requests[0].header("authorization"), Some("Bearer test-key-not-secret"));
+    assert_eq!(
+        requests[0].header("authorization"),
+        Some("Bearer test-key-not-secret")
+    );
     assert_eq!(requests[0].body["model"], MODEL);
     assert_eq!(requests[0].body["tools"][0]["type"], "function");
     let tools = openai_tool_messages(&requests[1]);
-    let ids: Vec<&str> = tools.iter().map(|m| m["tool_call_id"].as_str().unwrap()).collect();
+    let ids: Vec<&str> = tools
+        .iter()
+        .map(|m| m["tool_call_id"].as_str().unwrap())
+        .collect();
     assert_eq!(ids, ["call_a", "call_b", "call_c"]);
     assert!(tools[0]["content"].as_str().unwrap().contains("alpha"));
     // Bad JSON from the model becomes an error the model can read, not a crash.
-    assert!(tools[2]["content"].as_str().unwrap().contains("not valid JSON"), "{}", tools[2]);
+    assert!(
+        tools[2]["content"]
+            .as_str()
+            .unwrap()
+            .contains("not valid JSON"),
+        "{}",
+        tools[2]
+    );
     // The assistant message is echoed with the arguments exactly as the model wrote them.
     let assistant = &requests[1].body["messages"][2];
-    assert_eq!(assistant["tool_calls"][2]["function"]["arguments"], r#"{"path": "x""#);
+    assert_eq!(
+        assistant["tool_calls"][2]["function"]["arguments"],
+        r#"{"path": "x""#
+    );
 }
 
 #[test]
@@ -317,12 +388,19 @@ fn openai_streaming_calls_are_assembled_and_answered() {
     let server = ModelServer::start(vec![
         Reply::Sse(vec![
             chunk(json!({"role": "assistant", "content": "Checking."})),
-            chunk(json!({"tool_calls": [{"index": 0, "id": "s1", "type": "function", "function": {"name": "execute_bash", "arguments": "{\"comm"}}]})),
-            chunk(json!({"tool_calls": [{"index": 0, "function": {"arguments": "and\": \"echo streamed\"}"}}]})),
+            chunk(
+                json!({"tool_calls": [{"index": 0, "id": "s1", "type": "function", "function": {"name": "execute_bash", "arguments": "{\"comm"}}]}),
+            ),
+            chunk(
+                json!({"tool_calls": [{"index": 0, "function": {"arguments": "and\": \"echo streamed\"}"}}]}),
+            ),
             json!({"choices": [], "usage": {"prompt_tokens": 3, "completion_tokens": 4}}),
             json!("[DONE]"),
         ]),
-        Reply::Sse(vec![chunk(json!({"content": "Done "})), chunk(json!({"content": "streaming."}))]),
+        Reply::Sse(vec![
+            chunk(json!({"content": "Done "})),
+            chunk(json!({"content": "streaming."})),
+        ]),
     ]);
     let run = Agent::new(&fx, "openai", &server)
         .arg("--approval")
@@ -330,7 +408,11 @@ fn openai_streaming_calls_are_assembled_and_answered() {
         .run("go");
     assert_eq!(run.code, Some(0), "{}", run.stderr);
     assert_eq!(run.stdout, "Done streaming.\n");
-    assert!(run.stderr.contains("Checking."), "commentary goes to stderr: {}", run.stderr);
+    assert!(
+        run.stderr.contains("Checking."),
+        "commentary goes to stderr: {}",
+        run.stderr
+    );
     let requests = server.requests();
     assert_eq!(requests[0].body["stream"], true);
     let tools = openai_tool_messages(&requests[1]);
@@ -354,7 +436,11 @@ fn escape_attempt_is_blocked(provider: &str) {
         "gemini" => gemini_calls(&[(Some("e1"), "execute_bash", bash(&command), None)]),
         _ => openai_calls(&[("e1", "execute_bash", &bash(&command).to_string())]),
     };
-    let last = if provider == "gemini" { gemini_text("ok") } else { openai_text("ok") };
+    let last = if provider == "gemini" {
+        gemini_text("ok")
+    } else {
+        openai_text("ok")
+    };
     let server = ModelServer::start(vec![Reply::Json(200, first), Reply::Json(200, last)]);
     let run = Agent::new(&fx, provider, &server)
         .env(key_var(provider), &api_key)
@@ -364,15 +450,30 @@ fn escape_attempt_is_blocked(provider: &str) {
         .arg("--no-stream")
         .run("try to escape");
     assert_eq!(run.code, Some(0), "{}", run.stderr);
-    assert!(!outside.exists(), "the sandboxed command wrote outside the workspace");
+    assert!(
+        !outside.exists(),
+        "the sandboxed command wrote outside the workspace"
+    );
     let requests = server.requests();
     assert_eq!(requests.len(), 2);
     let sent_back = &requests[1].raw_body;
-    assert!(sent_back.contains("ran-to-the-end"), "the command did not run: {sent_back}");
+    assert!(
+        sent_back.contains("ran-to-the-end"),
+        "the command did not run: {sent_back}"
+    );
     assert!(sent_back.contains("PATH="), "env did not run: {sent_back}");
-    assert!(!sent_back.contains(&secret), "a credential reached the model");
-    assert!(!sent_back.contains(&api_key), "the API key was visible in the sandbox");
-    assert!(!sent_back.contains("GH-TOKEN"), "a token was visible in the sandbox");
+    assert!(
+        !sent_back.contains(&secret),
+        "a credential reached the model"
+    );
+    assert!(
+        !sent_back.contains(&api_key),
+        "the API key was visible in the sandbox"
+    );
+    assert!(
+        !sent_back.contains("GH-TOKEN"),
+        "a token was visible in the sandbox"
+    );
 }
 
 #[test]
@@ -392,12 +493,27 @@ fn file_tools_cannot_leave_the_workspace() {
     common::write(&fx.outside.join("secret.txt"), &secret);
     std::os::unix::fs::symlink(&fx.outside, fx.ws("link")).unwrap();
     let server = ModelServer::start(vec![
-        Reply::Json(200, openai_calls(&[
-            ("r1", "read_file", &json!({"path": fx.outside.join("secret.txt")}).to_string()),
-            ("r2", "read_file", r#"{"path": "link/secret.txt"}"#),
-            ("w1", "write_file", r#"{"path": "link/planted.txt", "content": "x"}"#),
-            ("w2", "write_file", r#"{"path": ".git/hooks/pre-commit", "content": "evil"}"#),
-        ])),
+        Reply::Json(
+            200,
+            openai_calls(&[
+                (
+                    "r1",
+                    "read_file",
+                    &json!({"path": fx.outside.join("secret.txt")}).to_string(),
+                ),
+                ("r2", "read_file", r#"{"path": "link/secret.txt"}"#),
+                (
+                    "w1",
+                    "write_file",
+                    r#"{"path": "link/planted.txt", "content": "x"}"#,
+                ),
+                (
+                    "w2",
+                    "write_file",
+                    r#"{"path": ".git/hooks/pre-commit", "content": "evil"}"#,
+                ),
+            ]),
+        ),
         Reply::Json(200, openai_text("ok")),
     ]);
     std::fs::create_dir_all(fx.ws(".git/hooks")).unwrap();
@@ -410,7 +526,10 @@ fn file_tools_cannot_leave_the_workspace() {
     assert!(!fx.outside.join("planted.txt").exists());
     assert!(!fx.ws(".git/hooks/pre-commit").exists());
     let requests = server.requests();
-    assert!(!requests[1].raw_body.contains(&secret), "a file outside the workspace was read");
+    assert!(
+        !requests[1].raw_body.contains(&secret),
+        "a file outside the workspace was read"
+    );
     let tools = openai_tool_messages(&requests[1]);
     assert_eq!(tools.len(), 4);
 }
@@ -422,15 +541,32 @@ fn a_denial_is_fed_back_to_the_model_and_nothing_runs() {
     let fx = Fixture::new();
     let made = fx.ws("made-by-model");
     let server = ModelServer::start(vec![
-        Reply::Json(200, gemini_calls(&[(Some("d1"), "execute_bash", bash("touch made-by-model"), None)])),
+        Reply::Json(
+            200,
+            gemini_calls(&[(
+                Some("d1"),
+                "execute_bash",
+                bash("touch made-by-model"),
+                None,
+            )]),
+        ),
         Reply::Json(200, gemini_text("Understood, I did not touch it.")),
     ]);
-    let run = Agent::new(&fx, "gemini", &server).stdin("n\n").run("make a file");
+    let run = Agent::new(&fx, "gemini", &server)
+        .stdin("n\n")
+        .run("make a file");
     assert_eq!(run.code, Some(0), "{}", run.stderr);
     assert!(!made.exists(), "a denied command ran");
-    assert!(run.stderr.contains("$ touch made-by-model"), "the exact command is shown: {}", run.stderr);
+    assert!(
+        run.stderr.contains("$ touch made-by-model"),
+        "the exact command is shown: {}",
+        run.stderr
+    );
     let responses = gemini_responses(&server.requests()[1]);
-    assert!(responses[0]["response"]["error"].as_str().unwrap().contains("denied by the user"));
+    assert!(responses[0]["response"]["error"]
+        .as_str()
+        .unwrap()
+        .contains("denied by the user"));
     assert!(run.stderr.contains("1 denied"), "{}", run.stderr);
 }
 
@@ -438,12 +574,20 @@ fn a_denial_is_fed_back_to_the_model_and_nothing_runs() {
 fn end_of_input_means_no_and_yes_runs() {
     let fx = Fixture::new();
     let server = ModelServer::start(vec![
-        Reply::Json(200, gemini_calls(&[(Some("y1"), "execute_bash", bash("touch first"), None)])),
-        Reply::Json(200, gemini_calls(&[(Some("y2"), "execute_bash", bash("touch second"), None)])),
+        Reply::Json(
+            200,
+            gemini_calls(&[(Some("y1"), "execute_bash", bash("touch first"), None)]),
+        ),
+        Reply::Json(
+            200,
+            gemini_calls(&[(Some("y2"), "execute_bash", bash("touch second"), None)]),
+        ),
         Reply::Json(200, gemini_text("done")),
     ]);
     // One "yes", then end of input: the second call is denied.
-    let run = Agent::new(&fx, "gemini", &server).stdin("y\n").run("two files");
+    let run = Agent::new(&fx, "gemini", &server)
+        .stdin("y\n")
+        .run("two files");
     assert_eq!(run.code, Some(0), "{}", run.stderr);
     assert!(fx.ws("first").exists(), "an approved command did not run");
     assert!(!fx.ws("second").exists(), "end of input was taken as yes");
@@ -454,12 +598,24 @@ fn write_approval_shows_a_diff() {
     let fx = Fixture::new();
     common::write(&fx.ws("a.txt"), "one\ntwo\n");
     let server = ModelServer::start(vec![
-        Reply::Json(200, gemini_calls(&[(Some("w"), "edit_file", json!({"path": "a.txt", "old_string": "two", "new_string": "TWO"}), None)])),
+        Reply::Json(
+            200,
+            gemini_calls(&[(
+                Some("w"),
+                "edit_file",
+                json!({"path": "a.txt", "old_string": "two", "new_string": "TWO"}),
+                None,
+            )]),
+        ),
         Reply::Json(200, gemini_text("edited")),
     ]);
     let run = Agent::new(&fx, "gemini", &server).stdin("y\n").run("edit");
     assert_eq!(run.code, Some(0), "{}", run.stderr);
-    assert!(run.stderr.contains("-two") && run.stderr.contains("+TWO"), "{}", run.stderr);
+    assert!(
+        run.stderr.contains("-two") && run.stderr.contains("+TWO"),
+        "{}",
+        run.stderr
+    );
     assert_eq!(common::read(&fx.ws("a.txt")), "one\nTWO\n");
 }
 
@@ -484,10 +640,23 @@ fn stop_ends_the_run_without_an_answer() {
 fn max_steps_gives_up() {
     let fx = Fixture::new();
     let script = (0..10)
-        .map(|i| Reply::Json(200, gemini_calls(&[(Some(&format!("m{i}")), "list_dir", json!({"path": "."}), None)])))
+        .map(|i| {
+            Reply::Json(
+                200,
+                gemini_calls(&[(
+                    Some(&format!("m{i}")),
+                    "list_dir",
+                    json!({"path": "."}),
+                    None,
+                )]),
+            )
+        })
         .collect();
     let server = ModelServer::start(script);
-    let run = Agent::new(&fx, "gemini", &server).arg("--max-steps").arg("2").run("loop");
+    let run = Agent::new(&fx, "gemini", &server)
+        .arg("--max-steps")
+        .arg("2")
+        .run("loop");
     assert_eq!(run.code, Some(1), "{}", run.stderr);
     assert!(run.stderr.contains("after 2 rounds"), "{}", run.stderr);
     assert_eq!(server.requests().len(), 3);
@@ -502,7 +671,11 @@ fn an_unauthorised_key_is_reported_without_retrying() {
     )]);
     let run = Agent::new(&fx, "gemini", &server).run("hi");
     assert_eq!(run.code, Some(1));
-    assert!(run.stderr.contains("HTTP 401") && run.stderr.contains("API key not valid."), "{}", run.stderr);
+    assert!(
+        run.stderr.contains("HTTP 401") && run.stderr.contains("API key not valid."),
+        "{}",
+        run.stderr
+    );
     assert!(run.stderr.contains("GEMINI_API_KEY"), "{}", run.stderr);
     assert_eq!(server.requests().len(), 1);
 }
@@ -511,14 +684,25 @@ fn an_unauthorised_key_is_reported_without_retrying() {
 fn rate_limits_and_server_errors_are_retried() {
     let fx = Fixture::new();
     let server = ModelServer::start(vec![
-        Reply::Raw(429, vec![("retry-after", "1".into())], r#"{"error": {"message": "slow down"}}"#.into()),
+        Reply::Raw(
+            429,
+            vec![("retry-after", "1".into())],
+            r#"{"error": {"message": "slow down"}}"#.into(),
+        ),
         Reply::Json(503, json!({"error": {"message": "overloaded"}})),
         Reply::Json(200, openai_text("made it")),
     ]);
-    let run = Agent::new(&fx, "openai", &server).arg("--no-stream").run("hi");
+    let run = Agent::new(&fx, "openai", &server)
+        .arg("--no-stream")
+        .run("hi");
     assert_eq!(run.code, Some(0), "{}", run.stderr);
     assert_eq!(run.stdout, "made it\n");
-    assert!(run.stderr.contains("HTTP 429 (rate limited): slow down; retrying in 1.0 s"), "{}", run.stderr);
+    assert!(
+        run.stderr
+            .contains("HTTP 429 (rate limited): slow down; retrying in 1.0 s"),
+        "{}",
+        run.stderr
+    );
     assert!(run.stderr.contains("HTTP 503"), "{}", run.stderr);
     assert_eq!(server.requests().len(), 3);
 }
@@ -526,10 +710,20 @@ fn rate_limits_and_server_errors_are_retried() {
 #[test]
 fn retries_are_bounded() {
     let fx = Fixture::new();
-    let server = ModelServer::start(vec![Reply::Json(500, json!({"error": {"message": "boom"}})); 5]);
-    let run = Agent::new(&fx, "openai", &server).config("max_retries = 1\n").arg("--no-stream").run("hi");
+    let server = ModelServer::start(vec![
+        Reply::Json(500, json!({"error": {"message": "boom"}}));
+        5
+    ]);
+    let run = Agent::new(&fx, "openai", &server)
+        .config("max_retries = 1\n")
+        .arg("--no-stream")
+        .run("hi");
     assert_eq!(run.code, Some(1));
-    assert!(run.stderr.contains("gave up after 2 attempts"), "{}", run.stderr);
+    assert!(
+        run.stderr.contains("gave up after 2 attempts"),
+        "{}",
+        run.stderr
+    );
     assert_eq!(server.requests().len(), 2);
 }
 
@@ -537,7 +731,9 @@ fn retries_are_bounded() {
 fn a_malformed_reply_is_a_clear_error() {
     let fx = Fixture::new();
     let server = ModelServer::start(vec![Reply::Raw(200, vec![], "{\"candidates\": [".into())]);
-    let run = Agent::new(&fx, "gemini", &server).arg("--no-stream").run("hi");
+    let run = Agent::new(&fx, "gemini", &server)
+        .arg("--no-stream")
+        .run("hi");
     assert_eq!(run.code, Some(1));
     assert!(run.stderr.contains("not valid JSON"), "{}", run.stderr);
 }
@@ -552,7 +748,11 @@ fn a_silent_api_times_out() {
         .run("hi");
     assert_eq!(run.code, Some(1));
     assert!(run.stderr.contains("timed out"), "{}", run.stderr);
-    assert!(started.elapsed() < Duration::from_secs(10), "a 1 s timeout took {:?}", started.elapsed());
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "a 1 s timeout took {:?}",
+        started.elapsed()
+    );
 }
 
 // --- Bad input -----------------------------------------------------------------------
@@ -564,11 +764,26 @@ fn bad_input_is_refused_before_any_request() {
     let expect_refusal = |agent: Agent, expected: &str| {
         let run = agent.run("hi");
         assert_eq!(run.code, Some(2), "{expected}: {}", run.stderr);
-        assert!(run.stderr.contains(expected), "expected `{expected}` in: {}", run.stderr);
+        assert!(
+            run.stderr.contains(expected),
+            "expected `{expected}` in: {}",
+            run.stderr
+        );
     };
-    expect_refusal(Agent::new(&fx, "gemini", &server).env("GEMINI_API_KEY", ""), "no Gemini API key");
-    expect_refusal(Agent::new(&fx, "gemini", &server).arg("-w").arg("/"), "refusing workspace /");
-    expect_refusal(Agent::new(&fx, "gemini", &server).arg("-p").arg("no-such-profile"), "no-such-profile");
+    expect_refusal(
+        Agent::new(&fx, "gemini", &server).env("GEMINI_API_KEY", ""),
+        "no Gemini API key",
+    );
+    expect_refusal(
+        Agent::new(&fx, "gemini", &server).arg("-w").arg("/"),
+        "refusing workspace /",
+    );
+    expect_refusal(
+        Agent::new(&fx, "gemini", &server)
+            .arg("-p")
+            .arg("no-such-profile"),
+        "no-such-profile",
+    );
     expect_refusal(
         Agent::new(&fx, "gemini", &server).config("provider = \"gemini\"\nbogus = 1\n"),
         "line 2, column 1",
@@ -586,21 +801,43 @@ fn bad_input_is_refused_before_any_request() {
 fn every_step_is_in_the_event_log() {
     let fx = Fixture::new();
     let server = ModelServer::start(vec![
-        Reply::Json(200, gemini_calls(&[(Some("e"), "execute_bash", bash("seq 100000"), None)])),
+        Reply::Json(
+            200,
+            gemini_calls(&[(Some("e"), "execute_bash", bash("seq 100000"), None)]),
+        ),
         Reply::Json(200, gemini_text("counted")),
     ]);
-    let agent = Agent::new(&fx, "gemini", &server).arg("--approval").arg("auto-sandboxed");
+    let agent = Agent::new(&fx, "gemini", &server)
+        .arg("--approval")
+        .arg("auto-sandboxed");
     let run = agent.run("count");
     assert_eq!(run.code, Some(0), "{}", run.stderr);
     let events = agent.events();
-    let kinds: Vec<&str> = events.iter().map(|e| e["event"].as_str().unwrap()).collect();
+    let kinds: Vec<&str> = events
+        .iter()
+        .map(|e| e["event"].as_str().unwrap())
+        .collect();
     assert_eq!(
         kinds,
-        ["session", "user", "request", "response", "tool_call", "approval", "tool_result", "request", "response", "turn_end"]
+        [
+            "session",
+            "user",
+            "request",
+            "response",
+            "tool_call",
+            "approval",
+            "tool_result",
+            "request",
+            "response",
+            "turn_end"
+        ]
     );
     let result = &events[6];
     assert_eq!(result["exit_code"], 0);
-    assert!(result["stdout_truncated_bytes"].as_u64().unwrap() > 0, "{result}");
+    assert!(
+        result["stdout_truncated_bytes"].as_u64().unwrap() > 0,
+        "{result}"
+    );
     assert!(result["duration_ms"].is_u64());
     assert_eq!(events[0]["backend"], events[6]["backend"]);
     assert_eq!(events[5]["decision"], "approved");
@@ -610,7 +847,11 @@ fn every_step_is_in_the_event_log() {
     assert!(run.stderr.contains("220 tokens in"), "{}", run.stderr);
     let mode = std::fs::metadata(&agent.events).unwrap();
     use std::os::unix::fs::PermissionsExt;
-    assert_eq!(mode.permissions().mode() & 0o077, 0, "the event log is private");
+    assert_eq!(
+        mode.permissions().mode() & 0o077,
+        0,
+        "the event log is private"
+    );
 }
 
 // --- Unsandboxed calls -----------------------------------------------------------------
@@ -623,18 +864,35 @@ fn sandbox_false_is_refused_unless_the_config_allows_it() {
     let call = json!({"command": command, "sandbox": false});
     let script = || {
         vec![
-            Reply::Json(200, gemini_calls(&[(Some("u"), "execute_bash", call.clone(), None)])),
+            Reply::Json(
+                200,
+                gemini_calls(&[(Some("u"), "execute_bash", call.clone(), None)]),
+            ),
             Reply::Json(200, gemini_text("ok")),
         ]
     };
     // Not allowed by the config: refused, and the user is not even asked.
     let server = ModelServer::start(script());
-    let run = Agent::new(&fx, "gemini", &server).arg("--approval").arg("auto").stdin("y\n").run("go");
+    let run = Agent::new(&fx, "gemini", &server)
+        .arg("--approval")
+        .arg("auto")
+        .stdin("y\n")
+        .run("go");
     assert_eq!(run.code, Some(0), "{}", run.stderr);
     assert!(!escaped.exists());
     let responses = gemini_responses(&server.requests()[1]);
-    assert!(responses[0]["response"]["error"].as_str().unwrap().contains("not allowed"), "{responses:?}");
-    assert!(!run.stderr.contains("OUTSIDE THE SANDBOX"), "{}", run.stderr);
+    assert!(
+        responses[0]["response"]["error"]
+            .as_str()
+            .unwrap()
+            .contains("not allowed"),
+        "{responses:?}"
+    );
+    assert!(
+        !run.stderr.contains("OUTSIDE THE SANDBOX"),
+        "{}",
+        run.stderr
+    );
 
     // Allowed: asked even in auto mode, and "no" keeps it from running.
     let server = ModelServer::start(script());
@@ -657,7 +915,10 @@ fn sandbox_false_is_refused_unless_the_config_allows_it() {
         .stdin("y\n")
         .run("go");
     assert_eq!(run.code, Some(0), "{}", run.stderr);
-    assert!(escaped.exists(), "an approved unsandboxed command did not run");
+    assert!(
+        escaped.exists(),
+        "an approved unsandboxed command did not run"
+    );
 }
 
 // --- chat ----------------------------------------------------------------------------
@@ -675,20 +936,39 @@ fn chat_streams_answers_and_keeps_the_conversation() {
     let fx = Fixture::new();
     let chunk = |delta: Value| json!({"choices": [{"index": 0, "delta": delta}]});
     let server = ModelServer::start(vec![
-        Reply::Sse(vec![chunk(json!({"content": "first "})), chunk(json!({"content": "answer"}))]),
+        Reply::Sse(vec![
+            chunk(json!({"content": "first "})),
+            chunk(json!({"content": "answer"})),
+        ]),
         Reply::Sse(vec![chunk(json!({"content": "second answer"}))]),
     ]);
     let agent = Agent::new(&fx, "openai", &server);
     let mut child = agent.chat();
-    child.stdin.take().unwrap().write_all(b"one\n\ntwo\n/exit\n").unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(b"one\n\ntwo\n/exit\n")
+        .unwrap();
     let out = child.wait_with_output().unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
-    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
-    assert!(stdout.contains("first answer\n") && stdout.contains("second answer\n"), "{stdout}");
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        stdout.contains("first answer\n") && stdout.contains("second answer\n"),
+        "{stdout}"
+    );
     let requests = server.requests();
     assert_eq!(requests.len(), 2, "an empty line is not a prompt");
     let messages = requests[1].body["messages"].as_array().unwrap();
-    let roles: Vec<&str> = messages.iter().map(|m| m["role"].as_str().unwrap()).collect();
+    let roles: Vec<&str> = messages
+        .iter()
+        .map(|m| m["role"].as_str().unwrap())
+        .collect();
     assert_eq!(roles, ["system", "user", "assistant", "user"]);
     assert_eq!(messages[2]["content"], "first answer");
 }
@@ -697,18 +977,34 @@ fn chat_streams_answers_and_keeps_the_conversation() {
 fn ctrl_c_in_chat_stops_the_turn_not_the_program() {
     let fx = Fixture::new();
     let server = ModelServer::start(vec![
-        Reply::Json(200, gemini_calls(&[(Some("long"), "execute_bash", bash("touch started; sleep 4; touch late"), None)])),
+        Reply::Json(
+            200,
+            gemini_calls(&[(
+                Some("long"),
+                "execute_bash",
+                bash("touch started; sleep 4; touch late"),
+                None,
+            )]),
+        ),
         Reply::Json(200, gemini_text("still here")),
     ]);
-    let agent = Agent::new(&fx, "gemini", &server).arg("--approval").arg("auto-sandboxed").arg("--no-stream");
+    let agent = Agent::new(&fx, "gemini", &server)
+        .arg("--approval")
+        .arg("auto-sandboxed")
+        .arg("--no-stream");
     let mut child = agent.chat();
     let mut stdin = child.stdin.take().unwrap();
     stdin.write_all(b"start something long\n").unwrap();
-    wait_for("the command to start", Duration::from_secs(20), || fx.ws("started").exists());
+    wait_for("the command to start", Duration::from_secs(20), || {
+        fx.ws("started").exists()
+    });
     unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
     // The turn ends and the command dies with it; chitti waits for the next prompt.
     std::thread::sleep(Duration::from_millis(500));
-    assert!(child.try_wait().unwrap().is_none(), "Ctrl-C ended chitti chat");
+    assert!(
+        child.try_wait().unwrap().is_none(),
+        "Ctrl-C ended chitti chat"
+    );
     stdin.write_all(b"are you there?\n/exit\n").unwrap();
     drop(stdin);
     let out = child.wait_with_output().unwrap();
@@ -717,7 +1013,10 @@ fn ctrl_c_in_chat_stops_the_turn_not_the_program() {
     assert_eq!(out.status.code(), Some(0), "{stderr}");
     assert!(stdout.contains("still here"), "{stdout}\n{stderr}");
     std::thread::sleep(Duration::from_secs(4));
-    assert!(!fx.ws("late").exists(), "the cancelled command kept running");
+    assert!(
+        !fx.ws("late").exists(),
+        "the cancelled command kept running"
+    );
     // The model was told the call was cancelled, so the conversation stays valid.
     let requests = server.requests();
     assert_eq!(requests.len(), 2);

@@ -250,8 +250,14 @@ mod tests {
     fn auto_modes_still_ask_for_anything_outside_the_sandbox() {
         for mode in [ApprovalMode::AutoSandboxed, ApprovalMode::Auto] {
             let approval = Approval::new(mode);
-            assert!(!approval.must_ask(&view(Tool::ExecuteBash, true)), "{mode:?}");
-            assert!(approval.must_ask(&view(Tool::ExecuteBash, false)), "{mode:?}");
+            assert!(
+                !approval.must_ask(&view(Tool::ExecuteBash, true)),
+                "{mode:?}"
+            );
+            assert!(
+                approval.must_ask(&view(Tool::ExecuteBash, false)),
+                "{mode:?}"
+            );
             assert!(approval.must_ask(&view(Tool::WriteFile, false)), "{mode:?}");
         }
     }
@@ -264,16 +270,32 @@ mod tests {
             ..Default::default()
         };
         let d = approval.decide(&view(Tool::ExecuteBash, true), &mut asker);
-        assert_eq!(d, Decision { answer: Answer::Always, asked: true });
+        assert_eq!(
+            d,
+            Decision {
+                answer: Answer::Always,
+                asked: true
+            }
+        );
         let d = approval.decide(&view(Tool::ExecuteBash, true), &mut asker);
-        assert_eq!(d, Decision { answer: Answer::Yes, asked: false });
+        assert_eq!(
+            d,
+            Decision {
+                answer: Answer::Yes,
+                asked: false
+            }
+        );
         // Another tool is still asked about.
         assert!(approval.must_ask(&view(Tool::WriteFile, true)));
         // "always" for an unsandboxed call is a one-time yes.
         approval.decide(&view(Tool::ExecuteBash, false), &mut asker);
         assert!(approval.must_ask(&view(Tool::ExecuteBash, false)));
         assert_eq!(asker.questions.len(), 2);
-        assert!(asker.questions[1].contains("OUTSIDE THE SANDBOX"), "{}", asker.questions[1]);
+        assert!(
+            asker.questions[1].contains("OUTSIDE THE SANDBOX"),
+            "{}",
+            asker.questions[1]
+        );
     }
 
     #[test]

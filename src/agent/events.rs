@@ -23,7 +23,10 @@ impl EventLog {
         if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
             if !parent.is_dir() {
                 std::fs::create_dir_all(parent).map_err(|e| {
-                    format!("cannot create the event log directory {}: {e}", parent.display())
+                    format!(
+                        "cannot create the event log directory {}: {e}",
+                        parent.display()
+                    )
                 })?;
             }
         }
@@ -70,7 +73,10 @@ impl EventLog {
         let mut file = self.file.lock().unwrap_or_else(|e| e.into_inner());
         if let Err(e) = file.write_all(line.as_bytes()) {
             if !self.failed.swap(true, std::sync::atomic::Ordering::Relaxed) {
-                eprintln!("chitti: warning: cannot write the event log {}: {e}", self.path.display());
+                eprintln!(
+                    "chitti: warning: cannot write the event log {}: {e}",
+                    self.path.display()
+                );
             }
         }
     }
@@ -81,7 +87,12 @@ fn utc_stamp(secs: u64) -> String {
     let days = (secs / 86_400) as i64;
     let rem = secs % 86_400;
     let (y, m, d) = civil_from_days(days);
-    format!("{y:04}{m:02}{d:02}-{:02}{:02}{:02}", rem / 3600, rem / 60 % 60, rem % 60)
+    format!(
+        "{y:04}{m:02}{d:02}-{:02}{:02}{:02}",
+        rem / 3600,
+        rem / 60 % 60,
+        rem % 60
+    )
 }
 
 /// Proleptic Gregorian date of a day count since 1970-01-01 (Howard Hinnant's algorithm).
@@ -118,7 +129,10 @@ mod tests {
         log.log("request", json!({"step": 1}));
         log.log("final", json!({"answer": "a\nb"}));
         let text = std::fs::read_to_string(&path).unwrap();
-        let lines: Vec<Value> = text.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+        let lines: Vec<Value> = text
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
         assert_eq!(lines.len(), 2);
         assert_eq!(lines[0]["event"], "request");
         assert_eq!(lines[0]["step"], 1);
@@ -129,7 +143,9 @@ mod tests {
 
     #[test]
     fn an_unopenable_log_is_an_error_naming_it() {
-        let e = EventLog::open(Path::new("/proc/nope/log.jsonl")).err().unwrap();
+        let e = EventLog::open(Path::new("/proc/nope/log.jsonl"))
+            .err()
+            .unwrap();
         assert!(e.contains("/proc/nope"), "{e}");
     }
 }

@@ -58,7 +58,10 @@ pub fn system_instruction(workspace: &Path, sandbox: &SandboxFacts, path_var: &s
         ),
     }
     if !found.is_empty() {
-        text.push_str(&format!("- Installed commands include: {}.\n", found.join(", ")));
+        text.push_str(&format!(
+            "- Installed commands include: {}.\n",
+            found.join(", ")
+        ));
     }
     text.push_str(
         "- Read and change files with read_file, list_dir, write_file and edit_file; they work \

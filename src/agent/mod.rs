@@ -43,7 +43,8 @@ impl Stats {
             Some(u) => format!(", {} tokens in, {} out", u.input_tokens, u.output_tokens),
             None => String::new(),
         };
-        let count = |n: u32, one: &str, many: &str| format!("{n} {}", if n == 1 { one } else { many });
+        let count =
+            |n: u32, one: &str, many: &str| format!("{n} {}", if n == 1 { one } else { many });
         format!(
             "{}, {}, {} denied{tokens}, {:.1} s",
             count(self.steps, "step", "steps"),
@@ -77,7 +78,11 @@ pub enum Progress<'a> {
     /// A call is about to run: its tool and a one-line summary.
     ToolStart { name: &'a str, summary: &'a str },
     /// A call finished (or was refused): a one-line summary of the result.
-    ToolDone { name: &'a str, ok: bool, summary: &'a str },
+    ToolDone {
+        name: &'a str,
+        ok: bool,
+        summary: &'a str,
+    },
 }
 
 pub type ProgressFn = Box<dyn Fn(Progress<'_>) + Send + Sync>;
@@ -205,10 +210,13 @@ impl<P: Provider> Agent<P> {
             TurnEnd::Cancelled => ("cancelled", Value::Null),
             TurnEnd::Failed(e) => ("failed", json!({"kind": e.kind, "message": e.message})),
         };
-        self.events.log("turn_end", json!({"how": how, "detail": detail, "stats": {
-            "steps": self.stats.steps, "tool_calls": self.stats.tool_calls,
-            "denials": self.stats.denials, "usage": self.stats.usage,
-        }}));
+        self.events.log(
+            "turn_end",
+            json!({"how": how, "detail": detail, "stats": {
+                "steps": self.stats.steps, "tool_calls": self.stats.tool_calls,
+                "denials": self.stats.denials, "usage": self.stats.usage,
+            }}),
+        );
         end
     }
 
@@ -239,7 +247,10 @@ impl<P: Provider> Agent<P> {
         Some(match reply {
             Ok(reply) => {
                 if let Some(usage) = reply.usage {
-                    self.stats.usage.get_or_insert_with(Usage::default).add(usage);
+                    self.stats
+                        .usage
+                        .get_or_insert_with(Usage::default)
+                        .add(usage);
                 }
                 let calls: Vec<Value> = reply
                     .turn
@@ -275,7 +286,10 @@ impl<P: Provider> Agent<P> {
         let mut stopped = false;
         for call in calls {
             self.stats.tool_calls += 1;
-            self.events.log("tool_call", json!({"id": call.id, "name": call.name, "args": call.args}));
+            self.events.log(
+                "tool_call",
+                json!({"id": call.id, "name": call.name, "args": call.args}),
+            );
             // After a "stop" nothing more is asked or run.
             if !stopped {
                 let plan = self.plan(call, cancel).await;
@@ -303,7 +317,10 @@ impl<P: Provider> Agent<P> {
             match plan {
                 Plan::Run => {
                     let summary = one_line(call);
-                    this.report(Progress::ToolStart { name: &call.name, summary: &summary });
+                    this.report(Progress::ToolStart {
+                        name: &call.name,
+                        summary: &summary,
+                    });
                     let started = Instant::now();
                     let result = this
                         .toolbox
@@ -316,11 +333,19 @@ impl<P: Provider> Agent<P> {
                         result.text.lines().next().unwrap_or_default(),
                         elapsed.as_secs_f64()
                     );
-                    this.report(Progress::ToolDone { name: &call.name, ok: result.ok, summary: &done });
+                    this.report(Progress::ToolDone {
+                        name: &call.name,
+                        ok: result.ok,
+                        summary: &done,
+                    });
                     output(call, result.ok, result.text)
                 }
                 Plan::Deny(text) => {
-                    this.report(Progress::ToolDone { name: &call.name, ok: false, summary: "denied by the user" });
+                    this.report(Progress::ToolDone {
+                        name: &call.name,
+                        ok: false,
+                        summary: "denied by the user",
+                    });
                     output(call, false, text)
                 }
                 Plan::Stop => unreachable!("a stopped turn runs nothing"),
@@ -355,16 +380,25 @@ impl<P: Provider> Agent<P> {
             let asker = std::sync::Arc::clone(&self.asker);
             let question = approval::question(&view);
             let asked = tokio::task::spawn_blocking(move || {
-                asker.lock().unwrap_or_else(|e| e.into_inner()).ask(&question)
+                asker
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .ask(&question)
             });
             let answer = tokio::select! {
                 joined = asked => joined.unwrap_or(Answer::No),
                 () = cancel.cancelled() => Answer::No,
             };
             self.approval.remember(&view, answer);
-            approval::Decision { answer, asked: true }
+            approval::Decision {
+                answer,
+                asked: true,
+            }
         } else {
-            approval::Decision { answer: Answer::Yes, asked: false }
+            approval::Decision {
+                answer: Answer::Yes,
+                asked: false,
+            }
         };
         let verdict = match decision.answer {
             Answer::Yes | Answer::Always => "approved",
@@ -434,7 +468,13 @@ fn one_line(call: &ToolCall) -> String {
         .iter()
         .find_map(|key| args[key].as_str())
         .unwrap_or_default();
-    let mut line: String = text.lines().next().unwrap_or_default().chars().take(120).collect();
+    let mut line: String = text
+        .lines()
+        .next()
+        .unwrap_or_default()
+        .chars()
+        .take(120)
+        .collect();
     if line.len() < text.len() {
         line.push('…');
     }

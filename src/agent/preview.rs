@@ -32,7 +32,10 @@ pub fn preview(policy: &Policy, tool: Tool, args: &Value) -> String {
                 Some(_) => format!("  replace {path}:"),
                 None => format!("  create {path}:"),
             };
-            format!("{header}\n{}", diff(path, old.as_deref().unwrap_or(""), text("content")))
+            format!(
+                "{header}\n{}",
+                diff(path, old.as_deref().unwrap_or(""), text("content"))
+            )
         }
         Tool::EditFile => {
             let path = text("path");
@@ -107,14 +110,26 @@ mod tests {
         let fx = Fixture::new();
         std::fs::write(fx.ws.join("a.txt"), "one\ntwo\nthree\n").unwrap();
         let policy = &fx.policy;
-        let shown = preview(policy, Tool::EditFile, &json!({"path": "a.txt", "old_string": "two", "new_string": "2"}));
+        let shown = preview(
+            policy,
+            Tool::EditFile,
+            &json!({"path": "a.txt", "old_string": "two", "new_string": "2"}),
+        );
         assert!(shown.contains("-two\n+2\n"), "{shown}");
         assert!(shown.contains(" one\n"), "{shown}");
-        let shown = preview(policy, Tool::WriteFile, &json!({"path": "new.txt", "content": "hello\n"}));
+        let shown = preview(
+            policy,
+            Tool::WriteFile,
+            &json!({"path": "new.txt", "content": "hello\n"}),
+        );
         assert!(shown.contains("create new.txt"), "{shown}");
         assert!(shown.contains("+hello"), "{shown}");
         let long: String = (0..500).map(|i| format!("{i}\n")).collect();
-        let shown = preview(policy, Tool::WriteFile, &json!({"path": "a.txt", "content": long}));
+        let shown = preview(
+            policy,
+            Tool::WriteFile,
+            &json!({"path": "a.txt", "content": long}),
+        );
         assert!(shown.contains("more diff lines not shown"), "{shown}");
     }
 }

@@ -74,7 +74,10 @@ impl Provider for Scripted {
         request: Request<'a>,
         on_text: TextSink<'a>,
     ) -> Result<Reply, ProviderError> {
-        self.requests.lock().unwrap().push(request.messages.to_vec());
+        self.requests
+            .lock()
+            .unwrap()
+            .push(request.messages.to_vec());
         let next = self.replies.lock().unwrap().pop_front();
         let reply = next.unwrap_or_else(|| Err(ProviderError::bad_reply("the script ran out")));
         if let Ok(reply) = &reply {

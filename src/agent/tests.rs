@@ -80,7 +80,9 @@ impl Setup {
 
 async fn turn(agent: &mut Agent<Scripted>, prompt: &str) -> TurnEnd {
     let mut sink = |_: &str| {};
-    agent.turn(prompt, &mut sink, &CancellationToken::new()).await
+    agent
+        .turn(prompt, &mut sink, &CancellationToken::new())
+        .await
 }
 
 /// The tool results sent with the last request.
@@ -97,10 +99,17 @@ fn last_results(agent: &Agent<Scripted>) -> Vec<crate::provider::ToolOutput> {
 async fn a_plain_answer_ends_the_turn() {
     let s = Setup::new();
     let mut agent = s.agent(ApprovalMode::Ask, vec![answer("42")]);
-    assert_eq!(turn(&mut agent, "the answer?").await, TurnEnd::Answer("42".into()));
+    assert_eq!(
+        turn(&mut agent, "the answer?").await,
+        TurnEnd::Answer("42".into())
+    );
     assert_eq!(agent.history().len(), 2);
     assert_eq!(agent.stats.steps, 1);
-    let kinds: Vec<String> = s.events().iter().map(|e| e["event"].as_str().unwrap().to_string()).collect();
+    let kinds: Vec<String> = s
+        .events()
+        .iter()
+        .map(|e| e["event"].as_str().unwrap().to_string())
+        .collect();
     assert_eq!(kinds, ["user", "request", "response", "turn_end"]);
 }
 
@@ -119,8 +128,16 @@ async fn parallel_calls_run_concurrently_and_answer_in_order() {
         ApprovalMode::AutoSandboxed,
         vec![
             calls(&[
-                ("c1", "execute_bash", json!({"command": rendezvous("a", "b")})),
-                ("c2", "execute_bash", json!({"command": rendezvous("b", "a")})),
+                (
+                    "c1",
+                    "execute_bash",
+                    json!({"command": rendezvous("a", "b")}),
+                ),
+                (
+                    "c2",
+                    "execute_bash",
+                    json!({"command": rendezvous("b", "a")}),
+                ),
                 ("c3", "list_dir", json!({"path": "."})),
             ]),
             answer("done"),
@@ -144,20 +161,39 @@ async fn a_denied_call_does_not_run_and_the_model_is_told() {
     let mut agent = s.agent(
         ApprovalMode::Ask,
         vec![
-            calls(&[("c1", "execute_bash", json!({"command": format!("touch {}", marker.display())}))]),
+            calls(&[(
+                "c1",
+                "execute_bash",
+                json!({"command": format!("touch {}", marker.display())}),
+            )]),
             answer("ok, I will not"),
         ],
     );
-    assert_eq!(turn(&mut agent, "go").await, TurnEnd::Answer("ok, I will not".into()));
+    assert_eq!(
+        turn(&mut agent, "go").await,
+        TurnEnd::Answer("ok, I will not".into())
+    );
     assert!(!marker.exists(), "a denied command ran");
     let results = last_results(&agent);
     assert!(!results[0].ok);
-    assert!(results[0].text.contains("denied by the user"), "{}", results[0].text);
+    assert!(
+        results[0].text.contains("denied by the user"),
+        "{}",
+        results[0].text
+    );
     assert_eq!(agent.stats.denials, 1);
     let questions = s.questions();
     assert_eq!(questions.len(), 1);
-    assert!(questions[0].contains(&format!("$ touch {}", marker.display())), "{}", questions[0]);
-    let approval = s.events().into_iter().find(|e| e["event"] == "approval").unwrap();
+    assert!(
+        questions[0].contains(&format!("$ touch {}", marker.display())),
+        "{}",
+        questions[0]
+    );
+    let approval = s
+        .events()
+        .into_iter()
+        .find(|e| e["event"] == "approval")
+        .unwrap();
     assert_eq!(approval["decision"], "denied");
     assert_eq!(approval["asked"], true);
 }
@@ -212,12 +248,32 @@ async fn bad_arguments_are_answered_without_asking() {
             answer("sorry"),
         ],
     );
-    assert_eq!(turn(&mut agent, "go").await, TurnEnd::Answer("sorry".into()));
-    assert!(s.questions().is_empty(), "asked about calls that cannot run");
+    assert_eq!(
+        turn(&mut agent, "go").await,
+        TurnEnd::Answer("sorry".into())
+    );
+    assert!(
+        s.questions().is_empty(),
+        "asked about calls that cannot run"
+    );
     let results = last_results(&agent);
-    assert!(results[0].text.contains("not valid JSON"), "{}", results[0].text);
-    assert!(results[1].text.contains("missing required argument `command`"), "{}", results[1].text);
-    assert!(results[2].text.contains("unknown tool"), "{}", results[2].text);
+    assert!(
+        results[0].text.contains("not valid JSON"),
+        "{}",
+        results[0].text
+    );
+    assert!(
+        results[1]
+            .text
+            .contains("missing required argument `command`"),
+        "{}",
+        results[1].text
+    );
+    assert!(
+        results[2].text.contains("unknown tool"),
+        "{}",
+        results[2].text
+    );
     assert!(results.iter().all(|r| !r.ok));
 }
 
@@ -256,7 +312,11 @@ async fn without_a_sandbox_every_command_is_asked_even_in_auto_mode() {
     assert_eq!(turn(&mut agent, "go").await, TurnEnd::Answer("ok".into()));
     let questions = s.questions();
     assert_eq!(questions.len(), 2, "{questions:?}");
-    assert!(questions[0].contains("OUTSIDE THE SANDBOX"), "{}", questions[0]);
+    assert!(
+        questions[0].contains("OUTSIDE THE SANDBOX"),
+        "{}",
+        questions[0]
+    );
     assert!(!s.fx.ws.join("x").exists() && !s.fx.ws.join("y").exists());
     assert!(last_results(&agent)[2].ok, "read-only tools still run");
 }
@@ -272,7 +332,11 @@ async fn an_unsandboxed_call_is_asked_about_in_auto_sandboxed_mode() {
         vec![
             calls(&[
                 ("c1", "execute_bash", json!({"command": "echo inside"})),
-                ("c2", "execute_bash", json!({"command": "echo $CHITTI_SANDBOX outside", "sandbox": false})),
+                (
+                    "c2",
+                    "execute_bash",
+                    json!({"command": "echo $CHITTI_SANDBOX outside", "sandbox": false}),
+                ),
             ]),
             answer("ok"),
         ],
@@ -291,7 +355,11 @@ async fn an_api_failure_ends_the_turn_with_its_message() {
     let error = ProviderError::new(ErrorKind::Auth, "HTTP 401: bad key");
     let mut agent = s.agent(ApprovalMode::Ask, vec![Err(error.clone())]);
     assert_eq!(turn(&mut agent, "hi").await, TurnEnd::Failed(error));
-    let failure = s.events().into_iter().find(|e| e["event"] == "api_error").unwrap();
+    let failure = s
+        .events()
+        .into_iter()
+        .find(|e| e["event"] == "api_error")
+        .unwrap();
     assert_eq!(failure["kind"], "auth");
 }
 
@@ -301,7 +369,11 @@ async fn cancelling_a_turn_kills_the_running_command() {
     let late = s.fx.ws.join("late");
     let mut agent = s.agent(
         ApprovalMode::Auto,
-        vec![calls(&[("c1", "execute_bash", json!({"command": "sleep 2; touch late"}))])],
+        vec![calls(&[(
+            "c1",
+            "execute_bash",
+            json!({"command": "sleep 2; touch late"}),
+        )])],
     );
     let cancel = CancellationToken::new();
     let trigger = cancel.clone();
@@ -310,7 +382,10 @@ async fn cancelling_a_turn_kills_the_running_command() {
         trigger.cancel();
     });
     let mut sink = |_: &str| {};
-    assert_eq!(agent.turn("go", &mut sink, &cancel).await, TurnEnd::Cancelled);
+    assert_eq!(
+        agent.turn("go", &mut sink, &cancel).await,
+        TurnEnd::Cancelled
+    );
     tokio::time::sleep(std::time::Duration::from_millis(2500)).await;
     assert!(!late.exists(), "the command outlived its cancelled turn");
 }

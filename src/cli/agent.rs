@@ -63,11 +63,20 @@ impl Session {
             None => std::env::current_dir()
                 .map_err(|e| bad_input(format!("cannot read the current directory: {e}")))?,
         };
-        let policy = Policy::resolve(&profile, &workspace, &Overrides::default(), &dirs, std::env::vars_os())
-            .map_err(|e| bad_input(e.to_string()))?;
+        let policy = Policy::resolve(
+            &profile,
+            &workspace,
+            &Overrides::default(),
+            &dirs,
+            std::env::vars_os(),
+        )
+        .map_err(|e| bad_input(e.to_string()))?;
         let backend = pick_backend(args.backend, &dirs.state)?;
 
-        let approval = args.approval.or(config.approval).unwrap_or(ApprovalMode::Ask);
+        let approval = args
+            .approval
+            .or(config.approval)
+            .unwrap_or(ApprovalMode::Ask);
         if approval == ApprovalMode::Auto {
             eprintln!(
                 "chitti: warning: --approval auto: sandboxed commands and file changes run \
@@ -125,12 +134,19 @@ impl Session {
             toolbox,
             system,
             approval,
-            max_steps: args.max_steps.or(config.max_steps).unwrap_or(DEFAULT_MAX_STEPS),
+            max_steps: args
+                .max_steps
+                .or(config.max_steps)
+                .unwrap_or(DEFAULT_MAX_STEPS),
             events,
         })
     }
 
-    fn into_agent(self, asker: SharedAsker, progress: crate::agent::ProgressFn) -> Agent<AnyProvider> {
+    fn into_agent(
+        self,
+        asker: SharedAsker,
+        progress: crate::agent::ProgressFn,
+    ) -> Agent<AnyProvider> {
         Agent::new(
             self.provider,
             self.toolbox,
@@ -181,7 +197,10 @@ fn build_provider(
     stream: bool,
     events: &Arc<EventLog>,
 ) -> Result<AnyProvider, Refusal> {
-    let name = args.provider.or(config.provider).unwrap_or(ProviderName::Gemini);
+    let name = args
+        .provider
+        .or(config.provider)
+        .unwrap_or(ProviderName::Gemini);
     let settings = config.provider(name);
     let events = Arc::clone(events);
     let options = HttpOptions {
@@ -215,12 +234,14 @@ fn build_provider(
     }
     let provider = match name {
         ProviderName::Gemini => {
-            let key = from_env("GEMINI_API_KEY").or_else(|| settings.api_key.clone()).ok_or_else(|| {
-                bad_input(
-                    "no Gemini API key: set GEMINI_API_KEY, or put `api_key = \"…\"` under \
+            let key = from_env("GEMINI_API_KEY")
+                .or_else(|| settings.api_key.clone())
+                .ok_or_else(|| {
+                    bad_input(
+                        "no Gemini API key: set GEMINI_API_KEY, or put `api_key = \"…\"` under \
                      [gemini] in ~/.config/chitti/config.toml (or use --provider openai)",
-                )
-            })?;
+                    )
+                })?;
             gemini::Gemini::new(
                 base_url.as_deref().unwrap_or(gemini::DEFAULT_BASE_URL),
                 model.as_deref().unwrap_or(gemini::DEFAULT_MODEL),
@@ -295,7 +316,9 @@ pub fn run(args: AgentArgs, prompt: String) -> i32 {
 
 fn run_task(args: &AgentArgs, prompt: &str) -> Result<i32, Refusal> {
     if prompt.trim().is_empty() {
-        return Err(bad_input("the prompt is empty: say what to do, e.g. chitti run \"list the TODOs\""));
+        return Err(bad_input(
+            "the prompt is empty: say what to do, e.g. chitti run \"list the TODOs\"",
+        ));
     }
     let rt = runtime()?;
     let session = Session::build(args, !args.no_stream)?;
@@ -383,13 +406,18 @@ fn chat_session(args: &AgentArgs) -> Result<i32, Refusal> {
     }
     rt.block_on(async {
         // From here on Ctrl-C cancels a turn instead of ending chitti.
-        let mut interrupts = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())
-            .map_err(|e| Refusal(1, format!("cannot handle Ctrl-C: {e}")))?;
+        let mut interrupts =
+            tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())
+                .map_err(|e| Refusal(1, format!("cannot handle Ctrl-C: {e}")))?;
         loop {
             let line = {
                 let editor = Arc::clone(&editor);
                 tokio::task::spawn_blocking(move || {
-                    editor.lock().unwrap_or_else(|e| e.into_inner()).0.readline("› ")
+                    editor
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .0
+                        .readline("› ")
                 })
                 .await
                 .map_err(|e| Refusal(1, format!("the input thread failed: {e}")))?

@@ -9,21 +9,16 @@ use serde_json::{json, Map, Value};
 
 use super::http::{self, HttpOptions};
 use super::{
-    made_up_call_id, AssistantTurn, FunctionDecl, Message, Provider, ProviderError, Reply,
-    Request, TextSink, ToolCall, Usage,
+    made_up_call_id, AssistantTurn, Endpoint, FunctionDecl, Message, Provider, ProviderError,
+    Reply, Request, TextSink, ToolCall, Usage,
 };
 
 pub const DEFAULT_BASE_URL: &str = "https://generativelanguage.googleapis.com";
 pub const DEFAULT_MODEL: &str = "gemini-2.5-flash";
 
 pub struct Gemini {
-    base_url: String,
-    model: String,
+    endpoint: Endpoint,
     api_key: String,
-    stream: bool,
-    options: HttpOptions,
-    client: reqwest::Client,
-    call_ids: AtomicU64,
 }
 
 impl Gemini {
@@ -35,23 +30,21 @@ impl Gemini {
         options: HttpOptions,
     ) -> Result<Gemini, ProviderError> {
         Ok(Gemini {
-            base_url: base_url.trim_end_matches('/').to_string(),
-            model: model.to_string(),
+            endpoint: Endpoint::new(base_url, model, stream, options)?,
             api_key,
-            stream,
-            client: http::client(&options)?,
-            options,
-            call_ids: AtomicU64::new(1),
         })
     }
 
     fn url(&self) -> String {
-        let method = if self.stream {
+        let method = if self.endpoint.stream {
             "streamGenerateContent?alt=sse"
         } else {
             "generateContent"
         };
-        format!("{}/v1beta/models/{}:{method}", self.base_url, self.model)
+        format!(
+            "{}/v1beta/models/{}:{method}",
+            self.endpoint.base_url, self.endpoint.model
+        )
     }
 }
 
@@ -61,7 +54,7 @@ impl Provider for Gemini {
     }
 
     fn model(&self) -> &str {
-        &self.model
+        &self.endpoint.model
     }
 
     async fn complete<'a>(
@@ -71,17 +64,23 @@ impl Provider for Gemini {
     ) -> Result<Reply, ProviderError> {
         let body = request_body(&request);
         let headers = [("x-goog-api-key", self.api_key.clone())];
-        let response =
-            http::post_json(&self.client, &self.options, "gemini", &self.url(), &headers, &body)
-                .await?;
+        let response = http::post_json(
+            &self.endpoint.client,
+            &self.endpoint.options,
+            "gemini",
+            &self.url(),
+            &headers,
+            &body,
+        )
+        .await?;
         let mut reply = ReplyBuilder::default();
-        if self.stream {
+        if self.endpoint.stream {
             http::read_sse("gemini", response, |data| reply.add_chunk(data, on_text)).await?;
         } else {
             let json = http::read_json("gemini", response).await?;
             reply.add(&json, on_text)?;
         }
-        reply.finish(&self.call_ids)
+        reply.finish(&self.endpoint.call_ids)
     }
 }
 
@@ -182,7 +181,10 @@ pub fn openapi_schema(schema: &Value) -> Value {
                 out.insert("items".into(), openapi_schema(value));
             }
             "format" => {
-                if matches!(value.as_str(), Some("int32" | "int64" | "float" | "double" | "enum" | "date-time")) {
+                if matches!(
+                    value.as_str(),
+                    Some("int32" | "int64" | "float" | "double" | "enum" | "date-time")
+                ) {
                     out.insert("format".into(), value.clone());
                 }
             }
@@ -275,7 +277,9 @@ impl ReplyBuilder {
             }
             if let Some(call) = part.get("functionCall") {
                 let name = call["name"].as_str().ok_or_else(|| {
-                    ProviderError::bad_reply(format!("gemini API: a functionCall has no name: {call}"))
+                    ProviderError::bad_reply(format!(
+                        "gemini API: a functionCall has no name: {call}"
+                    ))
                 })?;
                 let given_id = call["id"].as_str().filter(|id| !id.is_empty());
                 turn.calls.push(ToolCall {
@@ -326,18 +330,40 @@ mod tests {
         assert_eq!(reply.turn.calls[0].id, "a1");
         assert!(reply.turn.calls[0].id_from_model);
         assert!(!reply.turn.calls[1].id_from_model);
-        assert_eq!(reply.usage, Some(Usage { input_tokens: 10, output_tokens: 7 }));
+        assert_eq!(
+            reply.usage,
+            Some(Usage {
+                input_tokens: 10,
+                output_tokens: 7
+            })
+        );
 
         // Replayed exactly: the signature stays on the part it came with.
         let messages = vec![
             Message::User("hi".into()),
             Message::Assistant(reply.turn.clone()),
             Message::ToolResults(vec![
-                ToolOutput { call_id: "a1".into(), id_from_model: true, name: "list_dir".into(), ok: true, text: "x".into() },
-                ToolOutput { call_id: reply.turn.calls[1].id.clone(), id_from_model: false, name: "read_file".into(), ok: false, text: "denied".into() },
+                ToolOutput {
+                    call_id: "a1".into(),
+                    id_from_model: true,
+                    name: "list_dir".into(),
+                    ok: true,
+                    text: "x".into(),
+                },
+                ToolOutput {
+                    call_id: reply.turn.calls[1].id.clone(),
+                    id_from_model: false,
+                    name: "read_file".into(),
+                    ok: false,
+                    text: "denied".into(),
+                },
             ]),
         ];
-        let body = request_body(&Request { system: "sys", messages: &messages, tools: &[] });
+        let body = request_body(&Request {
+            system: "sys",
+            messages: &messages,
+            tools: &[],
+        });
         let original: Value = serde_json::from_str::<Value>(
             r#"[{"text": "Looking."},
             {"functionCall": {"name": "list_dir", "args": {"path": "."}, "id": "a1"}, "thoughtSignature": "c2lnMQ=="},
@@ -350,7 +376,10 @@ mod tests {
         assert_eq!(responses[0]["functionResponse"]["id"], "a1");
         assert_eq!(responses[0]["functionResponse"]["response"]["output"], "x");
         assert!(responses[1]["functionResponse"].get("id").is_none());
-        assert_eq!(responses[1]["functionResponse"]["response"]["error"], "denied");
+        assert_eq!(
+            responses[1]["functionResponse"]["response"]["error"],
+            "denied"
+        );
         assert!(body.get("tools").is_none());
     }
 
@@ -363,7 +392,10 @@ mod tests {
         .unwrap();
         assert_eq!(text, "Hello");
         assert_eq!(reply.turn.text, "Hello");
-        assert_eq!(reply.turn.raw.unwrap()["parts"][1]["thoughtSignature"], "AAA");
+        assert_eq!(
+            reply.turn.raw.unwrap()["parts"][1]["thoughtSignature"],
+            "AAA"
+        );
     }
 
     #[test]
@@ -408,9 +440,19 @@ mod tests {
             parameters: json!({"type": "object", "properties": {"path": {"type": "string"}}, "required": ["path"]}),
         }];
         let messages = vec![Message::User("hi".into())];
-        let body = request_body(&Request { system: "be careful", messages: &messages, tools: &tools });
+        let body = request_body(&Request {
+            system: "be careful",
+            messages: &messages,
+            tools: &tools,
+        });
         assert_eq!(body["systemInstruction"]["parts"][0]["text"], "be careful");
-        assert_eq!(body["tools"][0]["functionDeclarations"][0]["name"], "list_dir");
-        assert_eq!(body["contents"][0], json!({"role": "user", "parts": [{"text": "hi"}]}));
+        assert_eq!(
+            body["tools"][0]["functionDeclarations"][0]["name"],
+            "list_dir"
+        );
+        assert_eq!(
+            body["contents"][0],
+            json!({"role": "user", "parts": [{"text": "hi"}]})
+        );
     }
 }

@@ -105,7 +105,10 @@ pub fn client(options: &HttpOptions) -> Result<reqwest::Client, ProviderError> {
 /// What one attempt came to.
 enum Attempt {
     Done(reqwest::Response),
-    Retry { reason: String, wait: Option<Duration> },
+    Retry {
+        reason: String,
+        wait: Option<Duration>,
+    },
     Fail(ProviderError),
 }
 
@@ -152,7 +155,10 @@ pub async fn post_json(
                     };
                     return Err(ProviderError::new(
                         kind,
-                        format!("{api} API at {}: {reason} (gave up after {attempt} attempts)", origin(url)),
+                        format!(
+                            "{api} API at {}: {reason} (gave up after {attempt} attempts)",
+                            origin(url)
+                        ),
                     ));
                 }
                 let wait = wait.unwrap_or(options.backoff * 2u32.saturating_pow(attempt - 1));
@@ -221,7 +227,10 @@ async fn judge(api: &str, response: reqwest::Response) -> Attempt {
             } else {
                 ErrorKind::Rejected
             },
-            format!("{api} API refused the request (HTTP {code}){}", suffix(&detail)),
+            format!(
+                "{api} API refused the request (HTTP {code}){}",
+                suffix(&detail)
+            ),
         )),
     }
 }
@@ -306,7 +315,10 @@ pub async fn read_json(api: &str, response: reqwest::Response) -> Result<Value, 
     let bytes = response.bytes().await.map_err(|e| {
         ProviderError::new(
             ErrorKind::Network,
-            format!("{api} API: the reply was cut off: {}", describe_transport_error(&e)),
+            format!(
+                "{api} API: the reply was cut off: {}",
+                describe_transport_error(&e)
+            ),
         )
     })?;
     serde_json::from_slice(&bytes).map_err(|e| {
@@ -338,7 +350,10 @@ pub async fn read_sse(
         let chunk = response.chunk().await.map_err(|e| {
             ProviderError::new(
                 ErrorKind::Network,
-                format!("{api} API: the stream broke off: {}", describe_transport_error(&e)),
+                format!(
+                    "{api} API: the stream broke off: {}",
+                    describe_transport_error(&e)
+                ),
             )
         })?;
         let Some(chunk) = chunk else { break };
@@ -358,7 +373,8 @@ mod tests {
 
     #[test]
     fn error_messages_come_from_the_json_body() {
-        let body = r#"{"error": {"code": 400, "message": "model not found", "status": "NOT_FOUND"}}"#;
+        let body =
+            r#"{"error": {"code": 400, "message": "model not found", "status": "NOT_FOUND"}}"#;
         assert_eq!(api_error_message(body), "model not found");
         assert_eq!(api_error_message("<html>oops</html>"), "<html>oops</html>");
         let long = "x".repeat(1000);

@@ -110,7 +110,36 @@ pub trait Provider: Send + Sync {
     ) -> impl Future<Output = Result<Reply, ProviderError>> + Send + 'a;
 }
 
-/// Ids for calls whose provider gave none: unique within a session.
+/// Where and how a provider sends its requests: what both wire formats share.
+pub struct Endpoint {
+    /// Without a trailing slash.
+    pub base_url: String,
+    pub model: String,
+    pub stream: bool,
+    pub options: HttpOptions,
+    pub client: reqwest::Client,
+    call_ids: std::sync::atomic::AtomicU64,
+}
+
+impl Endpoint {
+    pub fn new(
+        base_url: &str,
+        model: &str,
+        stream: bool,
+        options: HttpOptions,
+    ) -> Result<Endpoint, ProviderError> {
+        Ok(Endpoint {
+            base_url: base_url.trim_end_matches('/').to_string(),
+            model: model.to_string(),
+            stream,
+            client: http::client(&options)?,
+            options,
+            call_ids: std::sync::atomic::AtomicU64::new(1),
+        })
+    }
+}
+
+/// An id for a call whose provider gave none: unique within the session.
 pub(crate) fn made_up_call_id(counter: &std::sync::atomic::AtomicU64) -> String {
     let n = counter.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     format!("call_{n}")

@@ -8,22 +8,17 @@ use serde_json::{json, Value};
 
 use super::http::{self, HttpOptions};
 use super::{
-    made_up_call_id, AssistantTurn, FunctionDecl, Message, Provider, ProviderError, Reply,
-    Request, TextSink, ToolCall, Usage,
+    made_up_call_id, AssistantTurn, Endpoint, FunctionDecl, Message, Provider, ProviderError,
+    Reply, Request, TextSink, ToolCall, Usage,
 };
 
 pub const DEFAULT_BASE_URL: &str = "https://api.openai.com/v1";
 pub const DEFAULT_MODEL: &str = "gpt-4.1-mini";
 
 pub struct OpenAi {
-    base_url: String,
-    model: String,
+    endpoint: Endpoint,
     /// Local servers often need none; then no Authorization header is sent.
     api_key: Option<String>,
-    stream: bool,
-    options: HttpOptions,
-    client: reqwest::Client,
-    call_ids: AtomicU64,
 }
 
 impl OpenAi {
@@ -35,13 +30,8 @@ impl OpenAi {
         options: HttpOptions,
     ) -> Result<OpenAi, ProviderError> {
         Ok(OpenAi {
-            base_url: base_url.trim_end_matches('/').to_string(),
-            model: model.to_string(),
+            endpoint: Endpoint::new(base_url, model, stream, options)?,
             api_key,
-            stream,
-            client: http::client(&options)?,
-            options,
-            call_ids: AtomicU64::new(1),
         })
     }
 }
@@ -52,7 +42,7 @@ impl Provider for OpenAi {
     }
 
     fn model(&self) -> &str {
-        &self.model
+        &self.endpoint.model
     }
 
     async fn complete<'a>(
@@ -60,22 +50,29 @@ impl Provider for OpenAi {
         request: Request<'a>,
         on_text: TextSink<'a>,
     ) -> Result<Reply, ProviderError> {
-        let body = request_body(&self.model, &request, self.stream);
+        let body = request_body(&self.endpoint.model, &request, self.endpoint.stream);
         let headers: Vec<(&str, String)> = self
             .api_key
             .iter()
             .map(|key| ("authorization", format!("Bearer {key}")))
             .collect();
-        let url = format!("{}/chat/completions", self.base_url);
-        let response =
-            http::post_json(&self.client, &self.options, "openai", &url, &headers, &body).await?;
-        if self.stream {
+        let url = format!("{}/chat/completions", self.endpoint.base_url);
+        let response = http::post_json(
+            &self.endpoint.client,
+            &self.endpoint.options,
+            "openai",
+            &url,
+            &headers,
+            &body,
+        )
+        .await?;
+        if self.endpoint.stream {
             let mut stream = StreamedReply::default();
             http::read_sse("openai", response, |data| stream.add(data, on_text)).await?;
-            stream.finish(&self.call_ids)
+            stream.finish(&self.endpoint.call_ids)
         } else {
             let json = http::read_json("openai", response).await?;
-            let reply = parse_reply(&json, &self.call_ids)?;
+            let reply = parse_reply(&json, &self.endpoint.call_ids)?;
             on_text(&reply.turn.text);
             Ok(reply)
         }
@@ -88,11 +85,9 @@ pub fn request_body(model: &str, request: &Request<'_>, stream: bool) -> Value {
         match message {
             Message::User(text) => messages.push(json!({"role": "user", "content": text})),
             Message::Assistant(turn) => messages.push(assistant_message(turn)),
-            Message::ToolResults(outputs) => {
-                messages.extend(outputs.iter().map(|out| {
-                    json!({"role": "tool", "tool_call_id": out.call_id, "content": out.text})
-                }))
-            }
+            Message::ToolResults(outputs) => messages.extend(outputs.iter().map(
+                |out| json!({"role": "tool", "tool_call_id": out.call_id, "content": out.text}),
+            )),
         }
     }
     let mut body = json!({"model": model, "messages": messages, "stream": stream});
@@ -170,12 +165,14 @@ fn tool_call(
     arguments: Option<Value>,
     ids: &AtomicU64,
 ) -> Result<ToolCall, ProviderError> {
-    let name = name.filter(|n| !n.is_empty()).ok_or_else(|| {
-        ProviderError::bad_reply("openai API: a tool call has no function name")
-    })?;
+    let name = name
+        .filter(|n| !n.is_empty())
+        .ok_or_else(|| ProviderError::bad_reply("openai API: a tool call has no function name"))?;
     let id = id.filter(|id| !id.is_empty());
     Ok(ToolCall {
-        id: id.map(str::to_string).unwrap_or_else(|| made_up_call_id(ids)),
+        id: id
+            .map(str::to_string)
+            .unwrap_or_else(|| made_up_call_id(ids)),
         id_from_model: id.is_some(),
         name: name.to_string(),
         // A string of JSON per the API; some local servers send the object itself.
@@ -232,7 +229,9 @@ impl StreamedReply {
             self.text.push_str(text);
         }
         for fragment in delta["tool_calls"].as_array().into_iter().flatten() {
-            let index = fragment["index"].as_u64().unwrap_or(self.calls.len() as u64);
+            let index = fragment["index"]
+                .as_u64()
+                .unwrap_or(self.calls.len() as u64);
             let call = self.calls.entry(index).or_default();
             if let Some(id) = fragment["id"].as_str() {
                 call.id = Some(id.to_string());
@@ -285,22 +284,54 @@ mod tests {
         let reply = parse_reply(&json, &AtomicU64::new(1)).unwrap();
         assert_eq!(reply.turn.calls.len(), 2);
         assert_eq!(reply.turn.calls[1].args, json!("{bad json"));
-        assert_eq!(reply.usage, Some(Usage { input_tokens: 9, output_tokens: 4 }));
+        assert_eq!(
+            reply.usage,
+            Some(Usage {
+                input_tokens: 9,
+                output_tokens: 4
+            })
+        );
 
         let messages = vec![
             Message::User("go".into()),
             Message::Assistant(reply.turn.clone()),
             Message::ToolResults(vec![
-                ToolOutput { call_id: "call_a".into(), id_from_model: true, name: "list_dir".into(), ok: true, text: "a\nb".into() },
-                ToolOutput { call_id: "call_b".into(), id_from_model: true, name: "read_file".into(), ok: false, text: "invalid arguments".into() },
+                ToolOutput {
+                    call_id: "call_a".into(),
+                    id_from_model: true,
+                    name: "list_dir".into(),
+                    ok: true,
+                    text: "a\nb".into(),
+                },
+                ToolOutput {
+                    call_id: "call_b".into(),
+                    id_from_model: true,
+                    name: "read_file".into(),
+                    ok: false,
+                    text: "invalid arguments".into(),
+                },
             ]),
         ];
-        let body = request_body("m", &Request { system: "sys", messages: &messages, tools: &[] }, false);
+        let body = request_body(
+            "m",
+            &Request {
+                system: "sys",
+                messages: &messages,
+                tools: &[],
+            },
+            false,
+        );
         let sent = body["messages"].as_array().unwrap();
         assert_eq!(sent[0], json!({"role": "system", "content": "sys"}));
-        assert_eq!(sent[2]["tool_calls"][1]["function"]["arguments"], "{bad json");
+        assert_eq!(
+            sent[2]["tool_calls"][1]["function"]["arguments"],
+            "{bad json"
+        );
         assert_eq!(sent[2]["content"], Value::Null);
-        assert_eq!(sent[3], json!({"role": "tool", "tool_call_id": "call_a", "content": "a\nb"}));
+        assert_eq!(
+            sent[3],
+            json!({"role": "tool", "tool_call_id": "call_a", "content": "a\nb"})
+        );
         assert_eq!(sent[4]["tool_call_id"], "call_b");
         assert!(body.get("tools").is_none());
         assert!(body.get("stream_options").is_none());
@@ -330,19 +361,31 @@ mod tests {
         assert_eq!(reply.turn.calls[0].id, "c1");
         assert_eq!(reply.turn.calls[0].args, json!("{\"command\": \"ls\"}"));
         assert_eq!(reply.turn.calls[1].args, json!("{\"path\": \".\"}"));
-        assert_eq!(reply.usage, Some(Usage { input_tokens: 1, output_tokens: 2 }));
+        assert_eq!(
+            reply.usage,
+            Some(Usage {
+                input_tokens: 1,
+                output_tokens: 2
+            })
+        );
     }
 
     #[test]
     fn missing_ids_are_made_up_and_used_on_both_sides() {
-        let json: Value = serde_json::from_str(r#"{"choices": [{"message": {"content": "",
-            "tool_calls": [{"function": {"name": "list_dir", "arguments": {"path": "."}}}]}}]}"#).unwrap();
+        let json: Value = serde_json::from_str(
+            r#"{"choices": [{"message": {"content": "",
+            "tool_calls": [{"function": {"name": "list_dir", "arguments": {"path": "."}}}]}}]}"#,
+        )
+        .unwrap();
         let reply = parse_reply(&json, &AtomicU64::new(7)).unwrap();
         assert_eq!(reply.turn.calls[0].id, "call_7");
         assert!(!reply.turn.calls[0].id_from_model);
         let sent = assistant_message(&reply.turn);
         assert_eq!(sent["tool_calls"][0]["id"], "call_7");
-        assert_eq!(sent["tool_calls"][0]["function"]["arguments"], "{\"path\":\".\"}");
+        assert_eq!(
+            sent["tool_calls"][0]["function"]["arguments"],
+            "{\"path\":\".\"}"
+        );
     }
 
     #[test]
@@ -350,7 +393,9 @@ mod tests {
         let e = parse_reply(&json!({"oops": 1}), &AtomicU64::new(1)).unwrap_err();
         assert!(e.message.contains("choices[0].message"), "{e}");
         let mut sink = |_: &str| {};
-        let e = StreamedReply::default().add("{nope", &mut sink).unwrap_err();
+        let e = StreamedReply::default()
+            .add("{nope", &mut sink)
+            .unwrap_err();
         assert!(e.message.contains("not valid JSON"), "{e}");
         let json = json!({"choices": [{"message": {"tool_calls": [{"id": "x", "function": {}}]}}]});
         let e = parse_reply(&json, &AtomicU64::new(1)).unwrap_err();

@@ -57,11 +57,15 @@ impl ModelServer {
             let mut script = script.into_iter();
             for stream in listener.incoming() {
                 let Ok(stream) = stream else { continue };
-                let Some(request) = read_request(&stream) else { continue };
+                let Some(request) = read_request(&stream) else {
+                    continue;
+                };
                 recorded.lock().unwrap().push(request);
-                let reply = script
-                    .next()
-                    .unwrap_or(Reply::Raw(500, vec![], "{\"error\": {\"message\": \"the test script ran out\"}}".into()));
+                let reply = script.next().unwrap_or(Reply::Raw(
+                    500,
+                    vec![],
+                    "{\"error\": {\"message\": \"the test script ran out\"}}".into(),
+                ));
                 respond(stream, reply);
             }
         });
@@ -74,7 +78,9 @@ impl ModelServer {
 }
 
 fn read_request(stream: &TcpStream) -> Option<Recorded> {
-    stream.set_read_timeout(Some(Duration::from_secs(10))).ok()?;
+    stream
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .ok()?;
     let mut reader = BufReader::new(stream);
     let mut line = String::new();
     reader.read_line(&mut line).ok()?;
@@ -108,21 +114,35 @@ fn read_request(stream: &TcpStream) -> Option<Recorded> {
 
 fn respond(mut stream: TcpStream, reply: Reply) {
     let (status, headers, body) = match reply {
-        Reply::Json(status, body) => (status, vec![("content-type", "application/json".to_string())], body.to_string()),
+        Reply::Json(status, body) => (
+            status,
+            vec![("content-type", "application/json".to_string())],
+            body.to_string(),
+        ),
         Reply::Raw(status, mut headers, body) => {
             headers.push(("content-type", "application/json".to_string()));
             (status, headers, body)
         }
         Reply::Sse(events) => {
-            let body: String = events.iter().map(|e| format!("data: {e}\r\n\r\n")).collect();
-            (200, vec![("content-type", "text/event-stream".to_string())], body)
+            let body: String = events
+                .iter()
+                .map(|e| format!("data: {e}\r\n\r\n"))
+                .collect();
+            (
+                200,
+                vec![("content-type", "text/event-stream".to_string())],
+                body,
+            )
         }
         Reply::Hang => {
             std::thread::sleep(Duration::from_secs(30));
             return;
         }
     };
-    let mut head = format!("HTTP/1.1 {status} Scripted\r\ncontent-length: {}\r\nconnection: close\r\n", body.len());
+    let mut head = format!(
+        "HTTP/1.1 {status} Scripted\r\ncontent-length: {}\r\nconnection: close\r\n",
+        body.len()
+    );
     for (name, value) in headers {
         head.push_str(&format!("{name}: {value}\r\n"));
     }
