@@ -128,7 +128,7 @@ pub(crate) fn outcome_json(outcome: &Outcome, profile: &str) -> serde_json::Valu
 
 /// Resolves on SIGINT, SIGTERM or SIGHUP, so that chitti can tear the sandbox down and
 /// restore protected paths before it exits.
-async fn termination_signal() {
+pub(crate) async fn termination_signal() {
     use tokio::signal::unix::{signal, SignalKind};
     let (Ok(mut int), Ok(mut term), Ok(mut hup)) = (
         signal(SignalKind::interrupt()),
