@@ -1,11 +1,13 @@
 //! chitti: a command-line agent whose every shell call runs inside an OS-native sandbox.
 //!
-//! Layers, top to bottom (arrows only point down): `cli` → `exec` → `sandbox` → `policy`.
+//! Layers, top to bottom (arrows only point down): `cli` → `agent`/`mcp` → `tools` →
+//! `exec` → `sandbox` → `policy`.
 
 pub mod agent;
 pub mod cli;
 pub mod config;
 pub mod exec;
+pub mod mcp;
 pub mod policy;
 pub mod provider;
 pub mod sandbox;

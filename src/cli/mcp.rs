@@ -1,8 +1,71 @@
 //! `chitti mcp`: the sandboxed tools served over MCP on stdio.
 
-use super::{report_error, McpArgs};
+use std::sync::Arc;
 
-pub fn run(_args: McpArgs) -> i32 {
-    report_error("chitti mcp is not built yet");
-    125
+use super::sandbox_exec::{setup, termination_signal};
+use super::{report_error, McpArgs, SandboxOpts};
+use crate::policy::Overrides;
+use crate::sandbox::BackendChoice;
+use crate::tools::Toolbox;
+
+/// Exit status when the server could not be set up (nothing was served).
+const SETUP_FAILED: i32 = 125;
+
+pub fn run(args: McpArgs) -> i32 {
+    // An MCP client cannot be asked before each command, so there is no unsandboxed mode.
+    if args.backend == BackendChoice::None {
+        report_error(
+            "chitti mcp always runs commands in a sandbox; --backend none is not accepted \
+             (use auto, bwrap, landlock or seatbelt)",
+        );
+        return SETUP_FAILED;
+    }
+    let opts = SandboxOpts {
+        workspace: args.workspace,
+        profile: args.profile,
+        backend: args.backend,
+    };
+    let setup = match setup(&opts, &Overrides::default()) {
+        Ok(setup) => setup,
+        Err(e) => {
+            report_error(&format!("chitti mcp cannot start: {e}"));
+            return SETUP_FAILED;
+        }
+    };
+    let toolbox = Toolbox::new(Arc::new(setup.policy), setup.backend);
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(e) => {
+            report_error(&format!("cannot start the runtime: {e}"));
+            return SETUP_FAILED;
+        }
+    };
+    eprintln!(
+        "chitti mcp: serving on stdio · workspace {} · profile {} · sandbox {}{}",
+        toolbox.policy.workspace.display(),
+        toolbox.policy.profile,
+        toolbox.backend.name(),
+        if args.allow_write_tools {
+            " · write tools on"
+        } else {
+            ""
+        }
+    );
+    let served = runtime.block_on(crate::mcp::serve(
+        toolbox,
+        args.allow_write_tools,
+        termination_signal(),
+    ));
+    // A blocking stdin read (when stdin is not a pipe) must not hold the exit up.
+    runtime.shutdown_background();
+    match served {
+        Ok(()) => 0,
+        Err(e) => {
+            report_error(&e);
+            1
+        }
+    }
 }
