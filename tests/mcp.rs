@@ -1,0 +1,467 @@
+//! `chitti mcp` end to end: a real MCP client (rmcp) starts the real binary over stdio,
+//! on the default backend, and every verdict comes from effects observed outside the
+//! sandbox (files that did or did not appear, processes that are gone).
+
+mod common;
+
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use common::{chitti_bin, marker, read, sleepers, unique_sleep, write, Fixture, SleepReaper, PATH};
+use rmcp::model::{CallToolRequestParams, CallToolResult};
+use rmcp::service::{RoleClient, RunningService, ServiceError};
+use rmcp::transport::TokioChildProcess;
+use rmcp::ServiceExt;
+use serde_json::{json, Value};
+
+/// A running `chitti mcp` and the client connected to it.
+struct Server {
+    client: RunningService<RoleClient, ()>,
+    pid: u32,
+    fx: Fixture,
+    /// A key in the decoy home that no tool may ever return.
+    secret: String,
+}
+
+impl Server {
+    async fn start(extra: &[&str]) -> Server {
+        Server::start_in(Fixture::new(), extra).await
+    }
+
+    async fn start_in(fx: Fixture, extra: &[&str]) -> Server {
+        let secret = marker("ssh-key");
+        write(&fx.home.join(".ssh/id_ed25519"), &format!("{secret}\n"));
+        let mut cmd = tokio::process::Command::new(chitti_bin());
+        cmd.arg("mcp")
+            .arg("-w")
+            .arg(&fx.ws)
+            .args(extra)
+            .current_dir(&fx.ws)
+            .env_clear()
+            .env("PATH", PATH)
+            .env("HOME", &fx.home)
+            .env("LANG", "C.UTF-8");
+        let (transport, _) = TokioChildProcess::builder(cmd)
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start chitti mcp");
+        let pid = transport.id().expect("the server's pid");
+        let client = ().serve(transport).await.expect("MCP handshake with chitti");
+        Server {
+            client,
+            pid,
+            fx,
+            secret,
+        }
+    }
+
+    fn request(name: &str, args: Value) -> CallToolRequestParams {
+        let Value::Object(args) = args else {
+            panic!("arguments must be an object")
+        };
+        CallToolRequestParams::new(name.to_string()).with_arguments(args)
+    }
+
+    /// A tool call that the server answered with a result (possibly `isError`).
+    async fn call(&self, name: &str, args: Value) -> Called {
+        let result = self
+            .client
+            .call_tool(Server::request(name, args))
+            .await
+            .unwrap_or_else(|e| panic!("{name}: the server did not answer with a result: {e}"));
+        Called::from(result)
+    }
+
+    async fn bash(&self, command: &str) -> Called {
+        self.call("execute_bash", json!({ "command": command }))
+            .await
+    }
+
+    async fn tool_names(&self) -> Vec<String> {
+        let tools = self.client.list_all_tools().await.expect("tools/list");
+        tools.iter().map(|t| t.name.to_string()).collect()
+    }
+
+    /// Asserts that nothing the server returned contains the decoy key.
+    fn assert_no_secret(&self, called: &Called) {
+        assert!(
+            !called.text.contains(&self.secret) && !called.structured.to_string().contains(&self.secret),
+            "the decoy key leaked: {called:?}"
+        );
+    }
+}
+
+/// What a tool call returned: the text a model reads and the structured content.
+#[derive(Debug)]
+struct Called {
+    is_error: bool,
+    text: String,
+    structured: Value,
+}
+
+impl From<CallToolResult> for Called {
+    fn from(result: CallToolResult) -> Called {
+        let text = result
+            .content
+            .iter()
+            .filter_map(|c| c.as_text().map(|t| t.text.as_str()))
+            .collect();
+        Called {
+            is_error: result.is_error == Some(true),
+            text,
+            structured: result.structured_content.unwrap_or(Value::Null),
+        }
+    }
+}
+
+/// Polls `cond` every 20 ms without blocking the runtime.
+async fn eventually(limit: Duration, mut cond: impl FnMut() -> bool) -> bool {
+    let deadline = Instant::now() + limit;
+    while !cond() {
+        if Instant::now() >= deadline {
+            return false;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    true
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn write_tools_are_listed_and_served_only_when_allowed() {
+    let server = Server::start(&[]).await;
+    assert_eq!(
+        server.tool_names().await,
+        ["execute_bash", "read_file", "list_dir"]
+    );
+    let tools = server.client.list_all_tools().await.unwrap();
+    let bash = tools.iter().find(|t| t.name == "execute_bash").unwrap();
+    let props = bash.input_schema["properties"].as_object().unwrap();
+    assert!(props.contains_key("command") && props.contains_key("timeout_seconds"));
+    assert!(
+        !props.contains_key("sandbox"),
+        "sandbox:false must not be offered: {props:?}"
+    );
+
+    // Not listed means not served either.
+    let target = server.fx.ws("written.txt");
+    let err = server
+        .client
+        .call_tool(Server::request(
+            "write_file",
+            json!({"path": "written.txt", "content": "x"}),
+        ))
+        .await
+        .expect_err("write_file without --allow-write-tools");
+    assert!(err.to_string().contains("--allow-write-tools"), "{err}");
+    assert!(!target.exists());
+
+    let server = Server::start(&["--allow-write-tools"]).await;
+    assert_eq!(
+        server.tool_names().await,
+        ["execute_bash", "read_file", "list_dir", "write_file", "edit_file"]
+    );
+    let target = server.fx.ws("written.txt");
+    let r = server
+        .call("write_file", json!({"path": "written.txt", "content": "hello\n"}))
+        .await;
+    assert!(!r.is_error, "{r:?}");
+    assert_eq!(read(&target), "hello\n");
+    let r = server
+        .call("edit_file", json!({"path": "written.txt", "old_string": "hello", "new_string": "bye"}))
+        .await;
+    assert!(!r.is_error, "{r:?}");
+    assert_eq!(read(&target), "bye\n");
+
+    // The write tools stay confined to the workspace.
+    let outside = server.fx.outside.join("planted.txt");
+    let r = server
+        .call(
+            "write_file",
+            json!({"path": outside.to_str().unwrap(), "content": "x"}),
+        )
+        .await;
+    assert!(r.is_error, "{r:?}");
+    let r = server
+        .call("write_file", json!({"path": "../../outside/planted.txt", "content": "x"}))
+        .await;
+    assert!(r.is_error, "{r:?}");
+    assert!(!outside.exists(), "write_file wrote outside the workspace");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn execute_bash_returns_text_and_structured_content() {
+    let server = Server::start(&[]).await;
+    let r = server
+        .bash("echo out; echo err >&2; echo made > made.txt; exit 3")
+        .await;
+    assert!(!r.is_error, "a failing command is a result, not an error: {r:?}");
+    let s = &r.structured;
+    assert_eq!(s["exit_code"], 3, "{r:?}");
+    assert_eq!(s["stdout"], "out\n");
+    assert_eq!(s["stderr"], "err\n");
+    assert_eq!(s["timed_out"], false);
+    assert_eq!(s["stdout_truncated_bytes"], 0);
+    assert!(s["duration_ms"].is_u64(), "{s}");
+    assert_ne!(s["backend"], "none");
+    assert!(r.text.starts_with("exit code 3\n"), "{}", r.text);
+    assert!(r.text.contains("--- stdout ---\nout\n"), "{}", r.text);
+    // It ran in the workspace, for real.
+    assert_eq!(read(&server.fx.ws("made.txt")), "made\n");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn escape_attempts_do_not_reach_the_host() {
+    let server = Server::start(&[]).await;
+    let planted = server.fx.outside.join("pwned");
+    let command = format!(
+        "echo x > {0}; touch ~/planted; cat ~/.ssh/id_ed25519; cat {1}/.ssh/id_ed25519; \
+         echo done",
+        planted.display(),
+        server.fx.home.display()
+    );
+    let r = server.bash(&command).await;
+    assert!(!r.is_error, "{r:?}");
+    assert!(
+        r.structured["stdout"].as_str().unwrap().ends_with("done\n"),
+        "the command did not run to its end: {r:?}"
+    );
+    assert!(!planted.exists(), "a write outside the workspace got through");
+    assert!(
+        !server.fx.home.join("planted").exists(),
+        "a write to HOME got through"
+    );
+    server.assert_no_secret(&r);
+
+    // `sandbox: false` is neither offered nor honoured.
+    let r = server
+        .call(
+            "execute_bash",
+            json!({"command": format!("echo x > {}", planted.display()), "sandbox": false}),
+        )
+        .await;
+    assert!(r.is_error, "{r:?}");
+    assert!(r.text.contains("not allowed"), "{}", r.text);
+    assert!(!planted.exists(), "sandbox:false ran the command unsandboxed");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_calls_run_concurrently() {
+    let server = Server::start(&[]).await;
+    let started = Instant::now();
+    let commands: Vec<String> = (0..8)
+        .map(|i| format!("sleep 1; echo {i} > done-{i}"))
+        .collect();
+    let results = futures::future::join_all(commands.iter().map(|c| server.bash(c))).await;
+    let elapsed = started.elapsed();
+    for (i, r) in results.iter().enumerate() {
+        assert!(!r.is_error && r.structured["exit_code"] == 0, "{r:?}");
+        assert_eq!(read(&server.fx.ws(&format!("done-{i}"))), format!("{i}\n"));
+    }
+    // Eight one-second calls one after another would take eight seconds.
+    assert!(
+        elapsed < Duration::from_secs(4),
+        "8 × sleep 1 took {elapsed:?}: calls were serialised"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn timeout_kills_the_command_tree() {
+    let server = Server::start(&[]).await;
+    let secs = unique_sleep();
+    let _reaper = SleepReaper(secs.clone());
+    let started = Instant::now();
+    let r = server
+        .call(
+            "execute_bash",
+            json!({
+                "command": format!("(setsid sleep {secs} &); sleep {secs}; echo late > late"),
+                "timeout_seconds": 1,
+            }),
+        )
+        .await;
+    assert!(started.elapsed() < Duration::from_secs(10), "{:?}", started.elapsed());
+    assert!(!r.is_error, "{r:?}");
+    assert_eq!(r.structured["timed_out"], true, "{r:?}");
+    assert!(r.text.starts_with("timed out after 1 s"), "{}", r.text);
+    assert!(
+        eventually(Duration::from_secs(5), || sleepers(&secs).is_empty()).await,
+        "sleepers survived the timeout: {:?}",
+        sleepers(&secs)
+    );
+    assert!(!server.fx.ws("late").exists());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn output_is_capped_per_call() {
+    let server = Server::start(&[]).await;
+    // Two megabytes of output and a last line that must survive the cut.
+    let r = server
+        .bash("head -c 2000000 /dev/zero | tr '\\0' a; echo; echo END")
+        .await;
+    assert!(!r.is_error, "{r:?}");
+    let stdout = r.structured["stdout"].as_str().unwrap();
+    let cut = r.structured["stdout_truncated_bytes"].as_u64().unwrap();
+    // The default cap (30 000 bytes) is kept, plus a note where the middle was cut.
+    assert_eq!(cut, 2_000_005 - 30_000);
+    assert!(stdout.len() < 30_100, "{} bytes came back", stdout.len());
+    assert!(stdout.starts_with("aaaa") && stdout.ends_with("END\n"));
+    assert!(stdout.contains(&format!("[... chitti: {cut} bytes cut here ...]")));
+    assert!(r.text.contains("[stdout was cut"), "the model is not told");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn client_cancellation_kills_the_command_tree() {
+    let server = Server::start(&[]).await;
+    let secs = unique_sleep();
+    let _reaper = SleepReaper(secs.clone());
+    let command = format!("(setsid sleep {secs} &); sleep {secs}; echo late > late");
+    // Boxed, so that dropping it really drops the request (a pinned local would live on).
+    let mut call = Box::pin(
+        server
+            .client
+            .call_tool(Server::request("execute_bash", json!({ "command": command }))),
+    );
+    let running = tokio::select! {
+        r = &mut call => panic!("the call finished before it was cancelled: {r:?}"),
+        seen = eventually(Duration::from_secs(10), || sleepers(&secs).len() >= 2) => seen,
+    };
+    assert!(running, "the command's processes never showed up");
+    // Dropping the request makes the client send notifications/cancelled.
+    drop(call);
+    assert!(
+        eventually(Duration::from_secs(5), || sleepers(&secs).is_empty()).await,
+        "cancellation left processes behind: {:?}",
+        sleepers(&secs)
+    );
+    // The server goes on serving.
+    let r = server.bash("echo still here").await;
+    assert_eq!(r.structured["stdout"], "still here\n", "{r:?}");
+    assert!(!server.fx.ws("late").exists());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn server_shutdown_kills_running_commands() {
+    let server = Server::start(&[]).await;
+    let secs = unique_sleep();
+    let _reaper = SleepReaper(secs.clone());
+    let command = format!("(setsid sleep {secs} &); sleep {secs}");
+    let call = server
+        .client
+        .call_tool(Server::request("execute_bash", json!({ "command": command })));
+    tokio::pin!(call);
+    tokio::select! {
+        r = &mut call => panic!("the call finished early: {r:?}"),
+        seen = eventually(Duration::from_secs(10), || sleepers(&secs).len() >= 2) => {
+            assert!(seen, "the command's processes never showed up");
+        }
+    }
+    unsafe { libc::kill(server.pid as i32, libc::SIGTERM) };
+    let answer = tokio::time::timeout(Duration::from_secs(15), &mut call)
+        .await
+        .expect("the client heard nothing after the server was stopped");
+    // The session may end before or after the killed call's result goes out.
+    if let Ok(result) = answer {
+        let r = Called::from(result);
+        assert_eq!(r.structured["cancelled"], true, "{r:?}");
+    }
+    assert!(
+        eventually(Duration::from_secs(5), || sleepers(&secs).is_empty()).await,
+        "the server's shutdown left processes behind: {:?}",
+        sleepers(&secs)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_arguments_are_errors_and_the_server_keeps_serving() {
+    let server = Server::start(&[]).await;
+    for (args, expected) in [
+        (json!({}), "missing required argument `command`"),
+        (json!({"command": 5}), "argument `command` must be a string"),
+        (json!({"command": "true", "colour": "red"}), "unknown argument `colour`"),
+        (json!({"command": "true", "timeout_seconds": 0}), "`timeout_seconds` must be"),
+        (json!({"command": "true", "timeout_seconds": "ten"}), "`timeout_seconds` must be"),
+        (json!({"command": "pwd", "working_directory": "/"}), "working_directory"),
+    ] {
+        let r = server.call("execute_bash", args.clone()).await;
+        assert!(r.is_error, "{args}: {r:?}");
+        assert!(r.text.contains(expected), "{args}: {}", r.text);
+        assert_eq!(r.structured["error"], r.text.as_str(), "{args}");
+    }
+    let err = server
+        .client
+        .call_tool(Server::request("launch_rockets", json!({})))
+        .await
+        .expect_err("an unknown tool");
+    assert!(
+        matches!(&err, ServiceError::McpError(e) if e.message.contains("unknown tool `launch_rockets`")),
+        "{err}"
+    );
+    let r = server.bash("echo fine").await;
+    assert!(!r.is_error, "{r:?}");
+    assert_eq!(r.structured["stdout"], "fine\n");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn file_tools_are_confined_to_the_workspace() {
+    let fx = Fixture::new();
+    let outside_secret = marker("outside");
+    write(&fx.outside.join("secret.txt"), &outside_secret);
+    write(&fx.ws("notes.txt"), "first\nsecond\n");
+    std::os::unix::fs::symlink(fx.outside.join("secret.txt"), fx.ws("link.txt")).unwrap();
+    let server = Server::start_in(fx, &[]).await;
+
+    let r = server.call("read_file", json!({"path": "notes.txt"})).await;
+    assert!(!r.is_error, "{r:?}");
+    assert!(r.text.contains("second"), "{}", r.text);
+    let r = server.call("list_dir", json!({"path": "."})).await;
+    assert!(!r.is_error && r.text.contains("notes.txt"), "{r:?}");
+
+    let home_key = server.fx.home.join(".ssh/id_ed25519");
+    let absolute = server.fx.outside.join("secret.txt");
+    for path in [
+        "../../outside/secret.txt",
+        absolute.to_str().unwrap(),
+        "link.txt",
+        home_key.to_str().unwrap(),
+        "../.ssh/id_ed25519",
+    ] {
+        let r = server.call("read_file", json!({ "path": path })).await;
+        assert!(r.is_error, "{path}: {r:?}");
+        assert!(!r.text.contains(&outside_secret), "{path}: {}", r.text);
+        server.assert_no_secret(&r);
+    }
+    let r = server.call("list_dir", json!({"path": "../.."})).await;
+    assert!(r.is_error, "{r:?}");
+}
+
+#[test]
+fn set_up_failures_exit_125_before_serving() {
+    let fx = Fixture::new();
+    let missing = fx.root.join("missing");
+    for (args, expected) in [
+        (
+            vec!["-w".to_string(), missing.display().to_string()],
+            "does not exist",
+        ),
+        (
+            vec!["-p".to_string(), "no-such-profile".to_string()],
+            "unknown profile",
+        ),
+        (vec!["--backend".to_string(), "none".to_string()], "--backend none"),
+    ] {
+        let out = std::process::Command::new(chitti_bin())
+            .arg("mcp")
+            .args(&args)
+            .current_dir(&fx.ws)
+            .env_clear()
+            .env("PATH", PATH)
+            .env("HOME", &fx.home)
+            .stdin(Stdio::null())
+            .output()
+            .expect("run chitti mcp");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(125), "{args:?}: {stderr}");
+        assert!(stderr.contains(expected), "{args:?}: {stderr}");
+        assert!(out.stdout.is_empty(), "stdout is for the protocol only");
+    }
+}
