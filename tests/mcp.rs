@@ -7,7 +7,10 @@ mod common;
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-use common::{chitti_bin, marker, read, sleepers, unique_sleep, write, Fixture, SleepReaper, PATH};
+use common::{
+    chitti_bin, ensure_backend, marker, read, sleepers, unique_sleep, write, Fixture, SleepReaper,
+    PATH,
+};
 use rmcp::model::{CallToolRequestParams, CallToolResult};
 use rmcp::service::{RoleClient, RunningService, ServiceError};
 use rmcp::transport::TokioChildProcess;
@@ -85,7 +88,8 @@ impl Server {
     /// Asserts that nothing the server returned contains the decoy key.
     fn assert_no_secret(&self, called: &Called) {
         assert!(
-            !called.text.contains(&self.secret) && !called.structured.to_string().contains(&self.secret),
+            !called.text.contains(&self.secret)
+                && !called.structured.to_string().contains(&self.secret),
             "the decoy key leaked: {called:?}"
         );
     }
@@ -158,16 +162,28 @@ async fn write_tools_are_listed_and_served_only_when_allowed() {
     let server = Server::start(&["--allow-write-tools"]).await;
     assert_eq!(
         server.tool_names().await,
-        ["execute_bash", "read_file", "list_dir", "write_file", "edit_file"]
+        [
+            "execute_bash",
+            "read_file",
+            "list_dir",
+            "write_file",
+            "edit_file"
+        ]
     );
     let target = server.fx.ws("written.txt");
     let r = server
-        .call("write_file", json!({"path": "written.txt", "content": "hello\n"}))
+        .call(
+            "write_file",
+            json!({"path": "written.txt", "content": "hello\n"}),
+        )
         .await;
     assert!(!r.is_error, "{r:?}");
     assert_eq!(read(&target), "hello\n");
     let r = server
-        .call("edit_file", json!({"path": "written.txt", "old_string": "hello", "new_string": "bye"}))
+        .call(
+            "edit_file",
+            json!({"path": "written.txt", "old_string": "hello", "new_string": "bye"}),
+        )
         .await;
     assert!(!r.is_error, "{r:?}");
     assert_eq!(read(&target), "bye\n");
@@ -182,7 +198,10 @@ async fn write_tools_are_listed_and_served_only_when_allowed() {
         .await;
     assert!(r.is_error, "{r:?}");
     let r = server
-        .call("write_file", json!({"path": "../../outside/planted.txt", "content": "x"}))
+        .call(
+            "write_file",
+            json!({"path": "../../outside/planted.txt", "content": "x"}),
+        )
         .await;
     assert!(r.is_error, "{r:?}");
     assert!(!outside.exists(), "write_file wrote outside the workspace");
@@ -194,7 +213,10 @@ async fn execute_bash_returns_text_and_structured_content() {
     let r = server
         .bash("echo out; echo err >&2; echo made > made.txt; exit 3")
         .await;
-    assert!(!r.is_error, "a failing command is a result, not an error: {r:?}");
+    assert!(
+        !r.is_error,
+        "a failing command is a result, not an error: {r:?}"
+    );
     let s = &r.structured;
     assert_eq!(s["exit_code"], 3, "{r:?}");
     assert_eq!(s["stdout"], "out\n");
@@ -225,7 +247,10 @@ async fn escape_attempts_do_not_reach_the_host() {
         r.structured["stdout"].as_str().unwrap().ends_with("done\n"),
         "the command did not run to its end: {r:?}"
     );
-    assert!(!planted.exists(), "a write outside the workspace got through");
+    assert!(
+        !planted.exists(),
+        "a write outside the workspace got through"
+    );
     assert!(
         !server.fx.home.join("planted").exists(),
         "a write to HOME got through"
@@ -241,7 +266,10 @@ async fn escape_attempts_do_not_reach_the_host() {
         .await;
     assert!(r.is_error, "{r:?}");
     assert!(r.text.contains("not allowed"), "{}", r.text);
-    assert!(!planted.exists(), "sandbox:false ran the command unsandboxed");
+    assert!(
+        !planted.exists(),
+        "sandbox:false ran the command unsandboxed"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -279,7 +307,11 @@ async fn timeout_kills_the_command_tree() {
             }),
         )
         .await;
-    assert!(started.elapsed() < Duration::from_secs(10), "{:?}", started.elapsed());
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "{:?}",
+        started.elapsed()
+    );
     assert!(!r.is_error, "{r:?}");
     assert_eq!(r.structured["timed_out"], true, "{r:?}");
     assert!(r.text.starts_with("timed out after 1 s"), "{}", r.text);
@@ -316,11 +348,10 @@ async fn client_cancellation_kills_the_command_tree() {
     let _reaper = SleepReaper(secs.clone());
     let command = format!("(setsid sleep {secs} &); sleep {secs}; echo late > late");
     // Boxed, so that dropping it really drops the request (a pinned local would live on).
-    let mut call = Box::pin(
-        server
-            .client
-            .call_tool(Server::request("execute_bash", json!({ "command": command }))),
-    );
+    let mut call = Box::pin(server.client.call_tool(Server::request(
+        "execute_bash",
+        json!({ "command": command }),
+    )));
     let running = tokio::select! {
         r = &mut call => panic!("the call finished before it was cancelled: {r:?}"),
         seen = eventually(Duration::from_secs(10), || sleepers(&secs).len() >= 2) => seen,
@@ -345,9 +376,10 @@ async fn server_shutdown_kills_running_commands() {
     let secs = unique_sleep();
     let _reaper = SleepReaper(secs.clone());
     let command = format!("(setsid sleep {secs} &); sleep {secs}");
-    let call = server
-        .client
-        .call_tool(Server::request("execute_bash", json!({ "command": command })));
+    let call = server.client.call_tool(Server::request(
+        "execute_bash",
+        json!({ "command": command }),
+    ));
     tokio::pin!(call);
     tokio::select! {
         r = &mut call => panic!("the call finished early: {r:?}"),
@@ -377,10 +409,22 @@ async fn bad_arguments_are_errors_and_the_server_keeps_serving() {
     for (args, expected) in [
         (json!({}), "missing required argument `command`"),
         (json!({"command": 5}), "argument `command` must be a string"),
-        (json!({"command": "true", "colour": "red"}), "unknown argument `colour`"),
-        (json!({"command": "true", "timeout_seconds": 0}), "`timeout_seconds` must be"),
-        (json!({"command": "true", "timeout_seconds": "ten"}), "`timeout_seconds` must be"),
-        (json!({"command": "pwd", "working_directory": "/"}), "working_directory"),
+        (
+            json!({"command": "true", "colour": "red"}),
+            "unknown argument `colour`",
+        ),
+        (
+            json!({"command": "true", "timeout_seconds": 0}),
+            "`timeout_seconds` must be",
+        ),
+        (
+            json!({"command": "true", "timeout_seconds": "ten"}),
+            "`timeout_seconds` must be",
+        ),
+        (
+            json!({"command": "pwd", "working_directory": "/"}),
+            "working_directory",
+        ),
     ] {
         let r = server.call("execute_bash", args.clone()).await;
         assert!(r.is_error, "{args}: {r:?}");
@@ -447,7 +491,10 @@ fn set_up_failures_exit_125_before_serving() {
             vec!["-p".to_string(), "no-such-profile".to_string()],
             "unknown profile",
         ),
-        (vec!["--backend".to_string(), "none".to_string()], "--backend none"),
+        (
+            vec!["--backend".to_string(), "none".to_string()],
+            "--backend none",
+        ),
     ] {
         let out = std::process::Command::new(chitti_bin())
             .arg("mcp")
@@ -464,4 +511,64 @@ fn set_up_failures_exit_125_before_serving() {
         assert!(stderr.contains(expected), "{args:?}: {stderr}");
         assert!(out.stdout.is_empty(), "stdout is for the protocol only");
     }
+}
+
+/// The default backend is covered above; each Linux backend must also contain an escape
+/// and die with its call when it is served over MCP (they kill trees differently: a PID
+/// namespace for bwrap, a subreaper helper for landlock).
+async fn backend_contains_and_cancels(backend: &str) {
+    ensure_backend(backend);
+    let server = Server::start(&["--backend", backend]).await;
+    let planted = server.fx.outside.join("pwned");
+    let r = server
+        .bash(&format!(
+            "echo x > {}; cat ~/.ssh/id_ed25519; echo $CHITTI_SANDBOX",
+            planted.display()
+        ))
+        .await;
+    assert_eq!(r.structured["backend"], backend, "{r:?}");
+    assert!(
+        r.structured["stdout"]
+            .as_str()
+            .unwrap()
+            .ends_with(&format!("{backend}\n")),
+        "{r:?}"
+    );
+    assert!(
+        !planted.exists(),
+        "{backend}: a write outside the workspace got through"
+    );
+    server.assert_no_secret(&r);
+
+    let secs = unique_sleep();
+    let _reaper = SleepReaper(secs.clone());
+    let command = format!("(setsid sleep {secs} &); sleep {secs}");
+    let mut call = Box::pin(server.client.call_tool(Server::request(
+        "execute_bash",
+        json!({ "command": command }),
+    )));
+    tokio::select! {
+        r = &mut call => panic!("{backend}: the call finished early: {r:?}"),
+        seen = eventually(Duration::from_secs(10), || sleepers(&secs).len() >= 2) => {
+            assert!(seen, "{backend}: the command's processes never showed up");
+        }
+    }
+    drop(call);
+    assert!(
+        eventually(Duration::from_secs(5), || sleepers(&secs).is_empty()).await,
+        "{backend}: cancellation left processes behind: {:?}",
+        sleepers(&secs)
+    );
+}
+
+#[cfg(target_os = "linux")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bwrap_backend_contains_and_cancels() {
+    backend_contains_and_cancels("bwrap").await;
+}
+
+#[cfg(target_os = "linux")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn landlock_backend_contains_and_cancels() {
+    backend_contains_and_cancels("landlock").await;
 }

@@ -162,8 +162,10 @@ impl ServerHandler for McpTools {
         let Some(tool) = Tool::from_name(name).filter(|t| self.offered.contains(t)) else {
             let offered: Vec<_> = self.offered.iter().map(|t| t.name()).collect();
             let hint = match Tool::from_name(name) {
-                Some(_) => " (write_file and edit_file are offered only when the server runs \
-                            with --allow-write-tools)",
+                Some(_) => {
+                    " (write_file and edit_file are offered only when the server runs \
+                            with --allow-write-tools)"
+                }
                 None => "",
             };
             return Err(ErrorData::invalid_params(
@@ -201,7 +203,13 @@ mod tests {
         let all = McpTools::new(fx.toolbox(), true);
         assert_eq!(
             names(&all),
-            ["execute_bash", "read_file", "list_dir", "write_file", "edit_file"]
+            [
+                "execute_bash",
+                "read_file",
+                "list_dir",
+                "write_file",
+                "edit_file"
+            ]
         );
     }
 
