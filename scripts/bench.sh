@@ -1,51 +1,115 @@
 #!/usr/bin/env bash
-# Start-up cost of a sandboxed call, side by side in one hyperfine run:
-# bare `sh -c true`, raw bubblewrap with the isolation flags chitti uses, and chitti on
-# each backend. Prints medians and the ratios the project targets.
-#   landlock backend <= 2.5x bare;  bwrap backend <= 1.2x raw bwrap
+# What a sandboxed call costs, measured in one run on this machine:
+#  1. start-up, side by side in one hyperfine run: bare `sh -c true`, raw bubblewrap with
+#     the isolation flags chitti uses, chitti on each backend, and the peers when present
+#     (`codex sandbox`, Anthropic's `srt`);
+#  2. per-call latency through one warm `chitti mcp` server (scripts/mcp_bench.py);
+#  3. peak RSS and time of capturing a 200 MB output flood with --json.
+# Targets (ratios within this run): landlock <= 2.5x bare; bwrap <= 1.2x raw bwrap;
+# a warm MCP call on landlock <= 3 ms median; flood peak RSS <= 32 MiB.
+#
+# Usage: scripts/bench.sh [--with-peers]
+#   --with-peers  install @openai/codex and @anthropic-ai/sandbox-runtime with npm into a
+#                 temporary directory for this run (otherwise they are used if on PATH)
+# Environment: BENCH_RUNS (hyperfine runs, default 30), BENCH_MCP_CALLS (default 200).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+with_peers=false
+case "${1:-}" in
+    --with-peers) with_peers=true ;;
+    "") ;;
+    *) echo "usage: scripts/bench.sh [--with-peers]" >&2; exit 2 ;;
+esac
+
 scripts/install-deps.sh hyperfine time
 cargo build --release --locked --quiet
-chitti=$PWD/target/release/chitti
+chitti=$(realpath "${CARGO_TARGET_DIR:-target}")/release/chitti
 runs=${BENCH_RUNS:-30}
+calls=${BENCH_MCP_CALLS:-200}
 
 ws=$(mktemp -d /var/tmp/chitti-bench.XXXXXX)
+peers=$(mktemp -d /var/tmp/chitti-bench-peers.XXXXXX)
 out=$(mktemp /var/tmp/chitti-bench-json.XXXXXX)
-trap 'rm -rf "$ws" "$out" "$out.time"' EXIT
+trap 'rm -rf "$ws" "$peers" "$out" "$out.time"' EXIT
+
+if $with_peers; then
+    # srt needs ripgrep and socat at run time.
+    command -v rg >/dev/null || scripts/install-deps.sh ripgrep
+    scripts/install-deps.sh socat
+    echo "installing @openai/codex and @anthropic-ai/sandbox-runtime into $peers" >&2
+    npm install --prefix "$peers" --no-audit --no-fund --loglevel=error \
+        @openai/codex @anthropic-ai/sandbox-runtime >&2
+    export PATH="$peers/node_modules/.bin:$PATH"
+fi
+
 # Warm the bwrap probe cache so that it is not part of the measurement.
 "$chitti" doctor >/dev/null || true
 
-# Raw bubblewrap gets exactly the namespaces and mounts chitti would give it (minus the
-# seccomp programs, which are chitti's own addition).
-mapfile -d '' bwrap_args < <("$chitti" sandbox profile --bwrap-args0 -w "$ws")
-raw_bwrap="bwrap ${bwrap_args[*]} -- sh -c true"
+backends=()
+for backend in bwrap landlock; do
+    if "$chitti" sandbox exec --backend "$backend" -w "$ws" -- true 2>/dev/null; then
+        backends+=("$backend")
+    else
+        echo "skipping the $backend backend: it does not run here (see chitti doctor)" >&2
+    fi
+done
 
-hyperfine --shell=none --warmup 5 --runs "$runs" --export-json "$out" \
-    -n bare "sh -c true" \
-    -n raw-bwrap "$raw_bwrap" \
-    -n chitti-bwrap "$chitti sandbox exec --backend bwrap -w $ws -- sh -c true" \
-    -n chitti-landlock "$chitti sandbox exec --backend landlock -w $ws -- sh -c true"
+commands=(-n bare "sh -c true")
+if command -v bwrap >/dev/null; then
+    # Raw bubblewrap gets exactly the namespaces and mounts chitti would give it (minus the
+    # seccomp programs, which are chitti's own addition).
+    mapfile -d '' bwrap_args < <("$chitti" sandbox profile --bwrap-args0 -w "$ws")
+    commands+=(-n raw-bwrap "bwrap ${bwrap_args[*]} -- sh -c true")
+fi
+for backend in "${backends[@]}"; do
+    commands+=(-n "chitti-$backend" "$chitti sandbox exec --backend $backend -w $ws -- sh -c true")
+done
+# The peers sandbox their current directory: run them (and everything else) from $ws.
+if command -v codex >/dev/null; then
+    commands+=(-n codex "$(command -v codex) sandbox -- sh -c true")
+fi
+if command -v srt >/dev/null && "$(command -v srt)" -c true >/dev/null 2>&1; then
+    commands+=(-n srt "$(command -v srt) -c true")
+fi
 
+(cd "$ws" && hyperfine --shell=none --warmup 5 --runs "$runs" --export-json "$out" \
+    --style basic "${commands[@]}" >/dev/null)
+
+echo "== start-up of one sandboxed \`sh -c true\` (hyperfine, $runs runs, medians)"
 python3 - "$out" <<'PY'
 import json, sys
 results = {r["command"]: r for r in json.load(open(sys.argv[1]))["results"]}
 med = {name: r["median"] * 1000 for name, r in results.items()}
-print()
-print(f"{'command':<18}{'median ms':>10}")
+print(f"| {'command':<16} | {'median ms':>9} | {'vs bare':>7} |")
+print(f"|{'-' * 18}|{'-' * 11}|{'-' * 9}|")
 for name, m in med.items():
-    print(f"{name:<18}{m:>10.2f}")
+    print(f"| {name:<16} | {m:>9.2f} | {m / med['bare']:>6.2f}x |")
 print()
-ll = med["chitti-landlock"] / med["bare"]
-bw = med["chitti-bwrap"] / med["raw-bwrap"]
-print(f"landlock / bare      {ll:5.2f}x  (target <= 2.5x)  {'OK' if ll <= 2.5 else 'MISSED'}")
-print(f"bwrap / raw bwrap    {bw:5.2f}x  (target <= 1.2x)  {'OK' if bw <= 1.2 else 'MISSED'}")
+def check(label, num, den, target):
+    if num in med and den in med:
+        ratio = med[num] / med[den]
+        verdict = "OK" if ratio <= target else "MISSED"
+        print(f"{label:<22} {ratio:5.2f}x  (target <= {target}x)  {verdict}")
+check("landlock / bare", "chitti-landlock", "bare", 2.5)
+check("bwrap / raw bwrap", "chitti-bwrap", "raw-bwrap", 1.2)
 PY
 
 echo
-echo "200 MB output flood captured with --json (peak RSS of chitti and everything it ran):"
-for backend in bwrap landlock; do
+echo "== $calls sequential execute_bash \`true\` calls through one warm chitti mcp server"
+for backend in "${backends[@]}"; do
+    read -r _ n median p90 total < <(python3 scripts/mcp_bench.py "$chitti" "$ws" "$backend" "$calls")
+    verdict=""
+    if [ "$backend" = landlock ]; then
+        verdict="  (target <= 3 ms)  $(python3 -c "print('OK' if $median <= 3 else 'MISSED')")"
+    fi
+    printf '%-10s median %6.2f ms  p90 %6.2f ms  (%s calls in %s s)%s\n' \
+        "$backend" "$median" "$p90" "$n" "$total" "$verdict"
+done
+
+echo
+echo "== 200 MB output flood captured with --json (peak RSS of chitti and everything it ran)"
+for backend in "${backends[@]}"; do
     /usr/bin/time -f "%M %e" -o "$out.time" \
         "$chitti" sandbox exec --backend "$backend" -w "$ws" --json -- \
         sh -c 'yes chitti | head -c 200000000' >/dev/null
