@@ -174,7 +174,13 @@ impl<P: Provider> Agent<P> {
             };
             let turn = match reply {
                 Ok(turn) => turn,
-                Err(e) => return self.end(TurnEnd::Failed(e)),
+                Err(e) => {
+                    // As above: a message the model never saw is not kept.
+                    if self.history.len() == history_at_start {
+                        self.history.pop();
+                    }
+                    return self.end(TurnEnd::Failed(e));
+                }
             };
             self.history.push(Message::Assistant(turn.clone()));
             if turn.calls.is_empty() {
