@@ -572,3 +572,38 @@ async fn bwrap_backend_contains_and_cancels() {
 async fn landlock_backend_contains_and_cancels() {
     backend_contains_and_cancels("landlock").await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn credentials_created_after_the_server_started_stay_unreadable() {
+    let server = Server::start(&[]).await;
+    // Warm up: the first call resolved the policy before these existed.
+    server.bash("true").await;
+    let aws = marker("aws-key");
+    let kube = marker("kube-config");
+    write(
+        &server.fx.home.join(".aws/credentials"),
+        &format!("{aws}\n"),
+    );
+    write(&server.fx.home.join(".kube/config"), &format!("{kube}\n"));
+    let called = server
+        .bash("cat ~/.aws/credentials ~/.kube/config; echo ran")
+        .await;
+    assert!(
+        called.text.contains("ran"),
+        "the command did not run: {called:?}"
+    );
+    for secret in [&aws, &kube] {
+        assert!(
+            !called.text.contains(secret.as_str())
+                && !called.structured.to_string().contains(secret.as_str()),
+            "a credential created mid-session leaked: {called:?}"
+        );
+    }
+    let read = server
+        .call(
+            "read_file",
+            json!({"path": server.fx.home.join(".aws/credentials")}),
+        )
+        .await;
+    assert!(read.is_error && !read.text.contains(&aws), "{read:?}");
+}

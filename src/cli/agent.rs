@@ -18,7 +18,7 @@ use crate::agent::events::EventLog;
 use crate::agent::instructions::{self, SandboxFacts};
 use crate::agent::{Agent, Progress, TurnEnd};
 use crate::config::Config;
-use crate::policy::{profile, ChittiDirs, Overrides, Policy};
+use crate::policy::{profile, ChittiDirs, Overrides, PolicySource};
 use crate::provider::http::RetryNotice;
 use crate::provider::{gemini, openai, AnyProvider, HttpOptions};
 use crate::sandbox::{self, Backend, BackendChoice, Capabilities};
@@ -63,14 +63,15 @@ impl Session {
             None => std::env::current_dir()
                 .map_err(|e| bad_input(format!("cannot read the current directory: {e}")))?,
         };
-        let policy = Policy::resolve(
-            &profile,
-            &workspace,
-            &Overrides::default(),
-            &dirs,
-            std::env::vars_os(),
-        )
-        .map_err(|e| bad_input(e.to_string()))?;
+        let source = PolicySource {
+            profile,
+            workspace,
+            overrides: Overrides::default(),
+            dirs: dirs.clone(),
+            env: std::env::vars_os().collect(),
+        };
+        // Checked now, so that bad input is refused before anything starts.
+        source.resolve().map_err(|e| bad_input(e.to_string()))?;
         let backend = pick_backend(args.backend, &dirs.state)?;
 
         let approval = args
@@ -90,7 +91,8 @@ impl Session {
         let events = Arc::new(EventLog::open(&events_path).map_err(bad_input)?);
 
         let provider = build_provider(args, &config, stream, &events)?;
-        let mut toolbox = Toolbox::new(Arc::new(policy), backend);
+        let mut toolbox =
+            Toolbox::resolving_each_call(source, backend).map_err(|e| bad_input(e.to_string()))?;
         toolbox.allow_sandbox_false = config.allow_unsandboxed;
         if let Some(cap) = config.output_cap {
             toolbox.output_cap = cap;

@@ -1,7 +1,5 @@
 //! `chitti mcp`: the sandboxed tools served over MCP on stdio.
 
-use std::sync::Arc;
-
 use super::sandbox_exec::{setup, termination_signal};
 use super::{report_error, McpArgs, SandboxOpts};
 use crate::policy::Overrides;
@@ -32,7 +30,13 @@ pub fn run(args: McpArgs) -> i32 {
             return SETUP_FAILED;
         }
     };
-    let toolbox = Toolbox::new(Arc::new(setup.policy), setup.backend);
+    let toolbox = match Toolbox::resolving_each_call(setup.source, setup.backend) {
+        Ok(toolbox) => toolbox,
+        Err(e) => {
+            report_error(&format!("chitti mcp cannot start: {e}"));
+            return SETUP_FAILED;
+        }
+    };
     // One thread is enough: calls wait on processes, not on the CPU, and skipping the
     // hand-offs between worker threads makes each call measurably faster (bench.sh).
     let runtime = match tokio::runtime::Builder::new_current_thread()

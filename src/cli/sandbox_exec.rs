@@ -7,13 +7,15 @@ use serde_json::json;
 
 use super::{report_error, ExecArgs, OnOff, SandboxOpts};
 use crate::exec::{self, Input, Outcome, Output};
-use crate::policy::{profile, ChittiDirs, Overrides, Policy};
+use crate::policy::{profile, ChittiDirs, Overrides, Policy, PolicySource};
 use crate::sandbox::{self, Backend, Capabilities, SandboxError};
 
 /// Everything up to a ready launch: input checks, policy, backend.
 pub(crate) struct Setup {
     pub policy: Policy,
     pub backend: Backend,
+    /// What `policy` was resolved from, for sessions that resolve it per call.
+    pub source: PolicySource,
 }
 
 /// Builds the policy and picks the backend; every failure here means nothing ran.
@@ -27,9 +29,15 @@ pub(crate) fn setup(opts: &SandboxOpts, overrides: &Overrides) -> Result<Setup, 
             SandboxError::Unavailable(format!("cannot read the current directory: {e}"))
         })?,
     };
-    let policy = Policy::resolve(&profile, &workspace, overrides, &dirs, std::env::vars_os())
-        .map_err(bad)?;
-    let selection = sandbox::select(opts.backend, Capabilities::get(), &dirs.state)?;
+    let source = PolicySource {
+        profile,
+        workspace,
+        overrides: overrides.clone(),
+        dirs,
+        env: std::env::vars_os().collect(),
+    };
+    let policy = source.resolve().map_err(bad)?;
+    let selection = sandbox::select(opts.backend, Capabilities::get(), &source.dirs.state)?;
     if selection.backend == Backend::None {
         eprintln!(
             "chitti: WARNING: --backend none: the command runs UNSANDBOXED (full access to \
@@ -40,6 +48,7 @@ pub(crate) fn setup(opts: &SandboxOpts, overrides: &Overrides) -> Result<Setup, 
     Ok(Setup {
         policy,
         backend: selection.backend,
+        source,
     })
 }
 

@@ -74,6 +74,31 @@ pub struct Overrides {
     pub timeout: Option<Duration>,
 }
 
+/// What a policy is resolved from. Long-lived sessions (`chat`, `mcp`) keep it and
+/// resolve the policy again for every call (about 50 µs), so that a credential directory
+/// or a repository that appears mid-session is covered like one that existed at start.
+#[derive(Debug, Clone)]
+pub struct PolicySource {
+    pub profile: Profile,
+    pub workspace: PathBuf,
+    pub overrides: Overrides,
+    pub dirs: ChittiDirs,
+    /// The caller's whole environment; the allow-list filters it at each resolution.
+    pub env: Vec<(OsString, OsString)>,
+}
+
+impl PolicySource {
+    pub fn resolve(&self) -> Result<Policy, PolicyError> {
+        Policy::resolve(
+            &self.profile,
+            &self.workspace,
+            &self.overrides,
+            &self.dirs,
+            self.env.iter().cloned(),
+        )
+    }
+}
+
 /// The resolved policy: everything a backend needs, nothing it must look up again.
 #[derive(Debug, Clone)]
 pub struct Policy {

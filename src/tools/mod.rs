@@ -23,7 +23,7 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 use serde_json::{json, Map, Value};
 
-use crate::policy::Policy;
+use crate::policy::{Policy, PolicySource};
 use crate::sandbox::Backend;
 
 /// Default cap per captured stream of `execute_bash`: enough for a failing test's report,
@@ -220,6 +220,8 @@ pub struct Toolbox {
     pub output_cap: usize,
     /// Whether `execute_bash` honours `sandbox: false` (the agent must then ask the user).
     pub allow_sandbox_false: bool,
+    /// When set, `policy` is resolved again from it for every call.
+    source: Option<Arc<PolicySource>>,
 }
 
 impl Toolbox {
@@ -229,7 +231,38 @@ impl Toolbox {
             backend,
             output_cap: DEFAULT_OUTPUT_CAP,
             allow_sandbox_false: false,
+            source: None,
         }
+    }
+
+    /// A toolbox for a long-lived session: the policy is resolved from `source` now and
+    /// again for every call, so that what appears on the host mid-session (a new
+    /// credential directory, a new repository) is protected too.
+    pub fn resolving_each_call(
+        source: PolicySource,
+        backend: Backend,
+    ) -> Result<Toolbox, crate::policy::PolicyError> {
+        let policy = Arc::new(source.resolve()?);
+        let mut toolbox = Toolbox::new(policy, backend);
+        toolbox.source = Some(Arc::new(source));
+        Ok(toolbox)
+    }
+
+    /// This toolbox with the policy as it stands now (itself when it has no source).
+    fn for_this_call(&self) -> Result<Toolbox, ToolResult> {
+        let Some(source) = &self.source else {
+            return Ok(self.clone());
+        };
+        let policy = source.resolve().map_err(|e| {
+            ToolResult::error(format!(
+                "the sandbox policy cannot be resolved for this call, so nothing ran: {e}"
+            ))
+        })?;
+        Ok(Toolbox {
+            policy: Arc::new(policy),
+            source: None,
+            ..self.clone()
+        })
     }
 
     /// The definitions this toolbox honours: `sandbox` is offered only when allowed, so
@@ -272,15 +305,19 @@ impl Toolbox {
                 known.join(", ")
             ));
         };
+        let toolbox = match self.for_this_call() {
+            Ok(toolbox) => toolbox,
+            Err(e) => return e,
+        };
         match tool {
             Tool::ExecuteBash => match parse_args::<execute_bash::ExecuteBash>(args) {
-                Ok(args) => execute_bash::run(self, args, cancel).await,
+                Ok(args) => execute_bash::run(&toolbox, args, cancel).await,
                 Err(e) => e,
             },
-            Tool::ReadFile => self.file_tool::<read_file::ReadFile>(args).await,
-            Tool::ListDir => self.file_tool::<list_dir::ListDir>(args).await,
-            Tool::WriteFile => self.file_tool::<write_file::WriteFile>(args).await,
-            Tool::EditFile => self.file_tool::<edit_file::EditFile>(args).await,
+            Tool::ReadFile => toolbox.file_tool::<read_file::ReadFile>(args).await,
+            Tool::ListDir => toolbox.file_tool::<list_dir::ListDir>(args).await,
+            Tool::WriteFile => toolbox.file_tool::<write_file::WriteFile>(args).await,
+            Tool::EditFile => toolbox.file_tool::<edit_file::EditFile>(args).await,
         }
     }
 
@@ -439,6 +476,47 @@ pub fn looks_binary(head: &[u8]) -> bool {
 mod tests {
     use super::*;
     use crate::tools::testing::Fixture;
+
+    #[tokio::test]
+    async fn a_session_toolbox_covers_credentials_that_appear_mid_session() {
+        let fx = Fixture::new();
+        let backend = fx.toolbox().backend;
+        let session = Toolbox::resolving_each_call(fx.source.clone(), backend).unwrap();
+        let fixed = fx.toolbox();
+        std::fs::create_dir_all(fx.home.join(".aws")).unwrap();
+        std::fs::write(fx.home.join(".aws/credentials"), "AWS-DECOY-KEY").unwrap();
+        let cat = json!({"command": "cat ~/.aws/credentials; echo ran"});
+        let r = session.call("execute_bash", cat.clone()).await;
+        assert!(
+            r.text.contains("ran") && !r.text.contains("AWS-DECOY-KEY"),
+            "{}",
+            r.text
+        );
+        let read = json!({"path": fx.home.join(".aws/credentials")});
+        let r = session.call("read_file", read).await;
+        assert!(!r.ok && !r.text.contains("AWS-DECOY-KEY"), "{}", r.text);
+        // The control: a policy resolved once does not know the new directory.
+        let r = fixed.call("execute_bash", cat).await;
+        assert!(
+            r.text.contains("AWS-DECOY-KEY"),
+            "the control could not read it: {}",
+            r.text
+        );
+    }
+
+    #[tokio::test]
+    async fn a_session_toolbox_fails_closed_when_the_policy_no_longer_resolves() {
+        let fx = Fixture::new();
+        let backend = fx.toolbox().backend;
+        let session = Toolbox::resolving_each_call(fx.source.clone(), backend).unwrap();
+        let moved = fx.ws.with_file_name("moved");
+        std::fs::rename(&fx.ws, &moved).unwrap();
+        let r = session
+            .call("execute_bash", json!({"command": "echo RAN$((1+1))"}))
+            .await;
+        assert!(!r.ok && !r.text.contains("RAN2"), "{}", r.text);
+        assert!(r.text.contains("nothing ran"), "{}", r.text);
+    }
 
     #[test]
     fn schemas_are_generated_with_every_field() {

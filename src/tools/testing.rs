@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use super::Toolbox;
-use crate::policy::{profile, ChittiDirs, Overrides, Policy};
+use crate::policy::{profile, ChittiDirs, Overrides, Policy, PolicySource};
 use crate::sandbox::{self, BackendChoice, Capabilities};
 
 /// `CHITTI_TEST_TMPDIR` (set when the suite runs as an unprivileged user), else the
@@ -28,6 +28,8 @@ pub struct Fixture {
     pub ws: PathBuf,
     pub outside: PathBuf,
     pub policy: Arc<Policy>,
+    /// What `policy` was resolved from.
+    pub source: PolicySource,
 }
 
 impl Fixture {
@@ -61,8 +63,15 @@ impl Fixture {
             .filter(|(k, _)| k != "HOME")
             .chain([("HOME".into(), home.clone().into())])
             .collect();
-        let profile = profile::load(profile_name, None).unwrap();
-        let policy = Policy::resolve(&profile, &ws, &Overrides::default(), &dirs, env)
+        let source = PolicySource {
+            profile: profile::load(profile_name, None).unwrap(),
+            workspace: ws.clone(),
+            overrides: Overrides::default(),
+            dirs,
+            env,
+        };
+        let policy = source
+            .resolve()
             .unwrap_or_else(|e| panic!("resolve the {profile_name} policy: {e}"));
         Fixture {
             _dir: dir,
@@ -70,6 +79,7 @@ impl Fixture {
             ws,
             outside,
             policy: Arc::new(policy),
+            source,
         }
     }
 
