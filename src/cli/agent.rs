@@ -442,6 +442,8 @@ fn chat_session(args: &AgentArgs) -> Result<i32, Refusal> {
                 .unwrap_or_else(|e| e.into_inner())
                 .0
                 .add_history_entry(prompt);
+            // A Ctrl-C pressed while no turn ran belongs to no turn: drop it.
+            while let Some(Some(())) = futures::FutureExt::now_or_never(interrupts.recv()) {}
             let cancel = CancellationToken::new();
             let mut sink = |text: &str| super::out(text);
             // Ctrl-C cancels the token; the turn itself then kills what it runs and
