@@ -343,20 +343,8 @@ mod tests {
             Message::User("hi".into()),
             Message::Assistant(reply.turn.clone()),
             Message::ToolResults(vec![
-                ToolOutput {
-                    call_id: "a1".into(),
-                    id_from_model: true,
-                    name: "list_dir".into(),
-                    ok: true,
-                    text: "x".into(),
-                },
-                ToolOutput {
-                    call_id: reply.turn.calls[1].id.clone(),
-                    id_from_model: false,
-                    name: "read_file".into(),
-                    ok: false,
-                    text: "denied".into(),
-                },
+                ToolOutput::to(&reply.turn.calls[0], true, "x"),
+                ToolOutput::to(&reply.turn.calls[1], false, "denied"),
             ]),
         ];
         let body = request_body(&Request {

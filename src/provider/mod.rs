@@ -58,6 +58,20 @@ pub struct ToolOutput {
     pub text: String,
 }
 
+#[cfg(test)]
+impl ToolOutput {
+    /// The answer to call `call` (whose id the provider gave, or not).
+    pub fn to(call: &ToolCall, ok: bool, text: &str) -> ToolOutput {
+        ToolOutput {
+            call_id: call.id.clone(),
+            id_from_model: call.id_from_model,
+            name: call.name.clone(),
+            ok,
+            text: text.to_string(),
+        }
+    }
+}
+
 #[derive(Debug, Clone, PartialEq)]
 pub enum Message {
     User(String),

@@ -296,20 +296,8 @@ mod tests {
             Message::User("go".into()),
             Message::Assistant(reply.turn.clone()),
             Message::ToolResults(vec![
-                ToolOutput {
-                    call_id: "call_a".into(),
-                    id_from_model: true,
-                    name: "list_dir".into(),
-                    ok: true,
-                    text: "a\nb".into(),
-                },
-                ToolOutput {
-                    call_id: "call_b".into(),
-                    id_from_model: true,
-                    name: "read_file".into(),
-                    ok: false,
-                    text: "invalid arguments".into(),
-                },
+                ToolOutput::to(&reply.turn.calls[0], true, "a\nb"),
+                ToolOutput::to(&reply.turn.calls[1], false, "invalid arguments"),
             ]),
         ];
         let body = request_body(
