@@ -1029,3 +1029,35 @@ fn gemini_responses_before_last_user(request: &Recorded) -> String {
     let contents = request.body["contents"].as_array().unwrap();
     contents[contents.len() - 2].to_string()
 }
+
+#[test]
+fn without_a_sandbox_every_command_is_put_to_the_user() {
+    let fx = Fixture::new();
+    let server = ModelServer::start(vec![
+        Reply::Json(
+            200,
+            gemini_calls(&[(Some("n1"), "execute_bash", bash("touch unsandboxed"), None)]),
+        ),
+        Reply::Json(200, gemini_text("ok")),
+    ]);
+    let run = Agent::new(&fx, "gemini", &server)
+        .arg("--backend")
+        .arg("none")
+        .arg("--approval")
+        .arg("auto")
+        .stdin("n\n")
+        .run("go");
+    assert_eq!(run.code, Some(0), "{}", run.stderr);
+    assert!(
+        run.stderr.contains("UNSANDBOXED"),
+        "a loud warning: {}",
+        run.stderr
+    );
+    assert!(run.stderr.contains("OUTSIDE THE SANDBOX"), "{}", run.stderr);
+    assert!(!fx.ws("unsandboxed").exists(), "ran without a yes");
+    let body = &server.requests()[0].body;
+    let system = body["systemInstruction"]["parts"][0]["text"]
+        .as_str()
+        .unwrap();
+    assert!(system.contains("WITHOUT a sandbox"), "{system}");
+}
