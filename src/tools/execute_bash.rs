@@ -176,6 +176,10 @@ fn render(outcome: &Outcome, timeout: Duration, cap: usize) -> ToolResult {
             "[the command changed a protected path; chitti restored it: {repair}]\n"
         ));
     }
+    text.push_str(&format!(
+        "(wall time {:.2} s)\n",
+        outcome.duration.as_secs_f64()
+    ));
     ToolResult::success(content, text)
 }
 
@@ -222,6 +226,7 @@ mod tests {
         assert!(r.ok, "{}", r.text);
         assert_eq!(r.content["exit_code"], 3);
         assert!(r.text.starts_with("exit code 3"), "{}", r.text);
+        assert!(r.text.ends_with(" s)\n") && r.text.contains("(wall time "), "{}", r.text);
     }
 
     #[tokio::test]
