@@ -292,6 +292,12 @@ impl ReplyBuilder {
                 });
             }
         }
+        if turn.text.trim().is_empty() && turn.calls.is_empty() {
+            return Err(ProviderError::bad_reply(format!(
+                "gemini API: the reply has neither text nor function calls (finishReason {})",
+                self.finish_reason.as_deref().unwrap_or("none")
+            )));
+        }
         turn.raw = Some(json!({"role": "model", "parts": self.parts}));
         Ok(Reply {
             turn,
@@ -399,6 +405,12 @@ mod tests {
     fn empty_or_blocked_replies_are_errors() {
         let e = collect(&[r#"{"promptFeedback": {"blockReason": "SAFETY"}}"#]).unwrap_err();
         assert!(e.message.contains("blocked (SAFETY)"), "{e}");
+        let e = collect(&[r#"{"candidates": [{"content": {"parts": [{"text": "hm", "thought": true}]}, "finishReason": "MAX_TOKENS"}]}"#]).unwrap_err();
+        assert!(
+            e.message
+                .contains("neither text nor function calls (finishReason MAX_TOKENS)"),
+            "{e}"
+        );
         let e = collect(&["not json"]).unwrap_err();
         assert!(e.message.contains("not valid JSON"), "{e}");
         let e = collect(&[r#"[1, 2]"#]).unwrap_err();

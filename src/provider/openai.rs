@@ -153,6 +153,7 @@ fn parse_reply(json: &Value, ids: &AtomicU64) -> Result<Reply, ProviderError> {
             ids,
         )?);
     }
+    not_empty(&turn)?;
     Ok(Reply {
         turn,
         usage: usage_of(&json["usage"]),
@@ -223,7 +224,13 @@ impl StreamedReply {
         if let Some(usage) = usage_of(&chunk["usage"]) {
             self.usage = Some(usage);
         }
-        let delta = &chunk["choices"][0]["delta"];
+        // A server that ignores `stream` answers with one whole message instead.
+        let choice = &chunk["choices"][0];
+        let delta = if choice["delta"].is_object() {
+            &choice["delta"]
+        } else {
+            &choice["message"]
+        };
         if let Some(text) = delta["content"].as_str() {
             on_text(text);
             self.text.push_str(text);
@@ -262,11 +269,23 @@ impl StreamedReply {
                 ids,
             )?);
         }
+        not_empty(&turn)?;
         Ok(Reply {
             turn,
             usage: self.usage,
         })
     }
+}
+
+/// A reply with neither text nor calls answers nothing: report it rather than
+/// presenting an empty answer.
+fn not_empty(turn: &AssistantTurn) -> Result<(), ProviderError> {
+    if turn.text.trim().is_empty() && turn.calls.is_empty() {
+        return Err(ProviderError::bad_reply(
+            "openai API: the reply has neither text nor tool calls",
+        ));
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -374,6 +393,32 @@ mod tests {
             sent["tool_calls"][0]["function"]["arguments"],
             "{\"path\":\".\"}"
         );
+    }
+
+    #[test]
+    fn a_whole_message_in_place_of_a_stream_is_understood() {
+        let mut text = String::new();
+        let mut sink = |t: &str| text.push_str(t);
+        let mut s = StreamedReply::default();
+        let whole = r#"{"choices": [{"message": {"role": "assistant", "content": "Hi.",
+            "tool_calls": [{"id": "w1", "function": {"name": "list_dir", "arguments": "{}"}},
+                           {"id": "w2", "function": {"name": "read_file", "arguments": "{}"}}]}}]}"#;
+        s.add(whole, &mut sink).unwrap();
+        let reply = s.finish(&AtomicU64::new(1)).unwrap();
+        assert_eq!(text, "Hi.");
+        let ids: Vec<&str> = reply.turn.calls.iter().map(|c| c.id.as_str()).collect();
+        assert_eq!(ids, ["w1", "w2"]);
+    }
+
+    #[test]
+    fn an_empty_reply_is_an_error() {
+        let json = json!({"choices": [{"message": {"role": "assistant", "content": ""}}]});
+        let e = parse_reply(&json, &AtomicU64::new(1)).unwrap_err();
+        assert!(e.message.contains("neither text nor tool calls"), "{e}");
+        let e = StreamedReply::default()
+            .finish(&AtomicU64::new(1))
+            .unwrap_err();
+        assert!(e.message.contains("neither text nor tool calls"), "{e}");
     }
 
     #[test]
