@@ -133,7 +133,9 @@ pub fn question(call: &CallView) -> String {
 
 /// Asks on the controlling terminal when there is one, else on stdin/stderr.
 pub struct TerminalAsker {
-    tty: Option<std::fs::File>,
+    /// The terminal, read through one buffer for the whole session so that answers
+    /// typed ahead are not lost between questions.
+    tty: Option<std::io::BufReader<std::fs::File>>,
 }
 
 impl TerminalAsker {
@@ -142,14 +144,15 @@ impl TerminalAsker {
             .read(true)
             .write(true)
             .open("/dev/tty")
-            .ok();
+            .ok()
+            .map(std::io::BufReader::new);
         TerminalAsker { tty }
     }
 
     fn read_line(&mut self) -> Option<String> {
         let mut line = String::new();
-        let read = match &self.tty {
-            Some(tty) => std::io::BufReader::new(tty).read_line(&mut line),
+        let read = match &mut self.tty {
+            Some(tty) => tty.read_line(&mut line),
             None => std::io::stdin().lock().read_line(&mut line),
         };
         match read {
@@ -161,6 +164,7 @@ impl TerminalAsker {
     fn show(&mut self, text: &str) {
         match &mut self.tty {
             Some(tty) => {
+                let tty = tty.get_mut();
                 let _ = tty.write_all(text.as_bytes());
                 let _ = tty.flush();
             }
