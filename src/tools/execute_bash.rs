@@ -226,7 +226,11 @@ mod tests {
         assert!(r.ok, "{}", r.text);
         assert_eq!(r.content["exit_code"], 3);
         assert!(r.text.starts_with("exit code 3"), "{}", r.text);
-        assert!(r.text.ends_with(" s)\n") && r.text.contains("(wall time "), "{}", r.text);
+        assert!(
+            r.text.ends_with(" s)\n") && r.text.contains("(wall time "),
+            "{}",
+            r.text
+        );
     }
 
     #[tokio::test]
