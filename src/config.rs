@@ -66,18 +66,13 @@ impl Config {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Config::default()),
             Err(e) => return Err(format!("cannot read {}: {e}", path.display())),
         };
+        // toml's own message names the line and column and shows the offending line,
+        // as profile errors do.
         let config: Config = toml::from_str(&text).map_err(|e| {
-            let place = e
-                .span()
-                .map(|span| {
-                    let (line, column) = line_column(&text, span.start);
-                    format!(" at line {line}, column {column}")
-                })
-                .unwrap_or_default();
             format!(
-                "{}{place}: {}; fix or remove it",
+                "{}: {}\nFix or remove it: see the config keys in README.md.",
                 path.display(),
-                e.message()
+                e.to_string().trim_end()
             )
         })?;
         if config.output_cap == Some(0) || config.max_steps == Some(0) {
@@ -95,14 +90,6 @@ impl Config {
             ProviderName::Openai => &self.openai,
         }
     }
-}
-
-/// 1-based line and column of a byte offset.
-fn line_column(text: &str, offset: usize) -> (usize, usize) {
-    let before = &text[..offset.min(text.len())];
-    let line = before.matches('\n').count() + 1;
-    let column = before.rsplit('\n').next().map_or(0, |l| l.chars().count()) + 1;
-    (line, column)
 }
 
 /// Warns when a config file holding a key can be read by other users.
