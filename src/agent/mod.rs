@@ -321,8 +321,7 @@ impl<P: Provider> Agent<P> {
         let this = &*self;
         let runs = calls.iter().zip(plans).map(|(call, plan)| async move {
             match plan {
-                Plan::Run => {
-                    let summary = one_line(call);
+                Plan::Run { summary } => {
                     this.report(Progress::ToolStart {
                         name: &call.name,
                         summary: &summary,
@@ -365,15 +364,19 @@ impl<P: Provider> Agent<P> {
     /// Whether a call runs: invalid calls are answered without asking (they cannot run),
     /// the rest as the approval mode says.
     async fn plan(&mut self, call: &ToolCall, cancel: &CancellationToken) -> Plan {
+        // What the terminal shows of the call, even of one that will be refused.
+        let shown = crate::tools::normalize_args(&call.name, call.args.clone())
+            .map(|args| one_line(&args))
+            .unwrap_or_default();
         let Some(tool) = Tool::from_name(&call.name) else {
-            return Plan::Run; // The toolbox answers with the list of real tools.
+            return Plan::Run { summary: shown }; // The toolbox lists the real tools.
         };
         let args = match tool.check_args(&call.args) {
             Ok(args) => args,
-            Err(_) => return Plan::Run, // The toolbox answers with what is wrong.
+            Err(_) => return Plan::Run { summary: shown }, // The toolbox says what is wrong.
         };
         if args["sandbox"] == Value::Bool(false) && !self.toolbox.allow_sandbox_false {
-            return Plan::Run; // Refused by the toolbox: not worth a question.
+            return Plan::Run { summary: shown }; // Refused by the toolbox: no question.
         }
         let view = CallView {
             tool,
@@ -418,7 +421,7 @@ impl<P: Provider> Agent<P> {
                    "backend": self.toolbox.backend.name()}),
         );
         match decision.answer {
-            Answer::Yes | Answer::Always => Plan::Run,
+            Answer::Yes | Answer::Always => Plan::Run { summary: shown },
             Answer::No => {
                 self.stats.denials += 1;
                 Plan::Deny(
@@ -447,7 +450,8 @@ impl<P: Provider> Agent<P> {
 }
 
 enum Plan {
-    Run,
+    /// Run it; `summary` is what the terminal shows of it.
+    Run { summary: String },
     /// Denied by the user: the text tells the model.
     Deny(String),
     /// The user ended the turn.
@@ -465,11 +469,7 @@ fn output(call: &ToolCall, ok: bool, text: String) -> ToolOutput {
 }
 
 /// "cargo test --all", "src/main.rs": what a call is about, on one line.
-fn one_line(call: &ToolCall) -> String {
-    let args = match &call.args {
-        Value::String(text) => serde_json::from_str(text).unwrap_or(Value::Null),
-        other => other.clone(),
-    };
+fn one_line(args: &Value) -> String {
     let text = ["command", "path"]
         .iter()
         .find_map(|key| args[key].as_str())

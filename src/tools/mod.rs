@@ -87,16 +87,7 @@ impl Tool {
     /// Checks a call's arguments without running it; returns them as a JSON object
     /// (models may send the object as a string of JSON).
     pub fn check_args(self, args: &Value) -> Result<Value, ToolResult> {
-        let args = match args {
-            Value::String(text) => serde_json::from_str(text).map_err(|e| {
-                ToolResult::error(format!(
-                    "invalid arguments for {}: the arguments are not valid JSON ({e})",
-                    self.name()
-                ))
-            })?,
-            Value::Null => Value::Object(Map::new()),
-            other => other.clone(),
-        };
+        let args = normalize_args(self.name(), args.clone())?;
         let checked = match self {
             Tool::ExecuteBash => parse_args::<execute_bash::ExecuteBash>(args.clone()).map(drop),
             Tool::ReadFile => parse_args::<read_file::ReadFile>(args.clone()).map(drop),
@@ -337,15 +328,23 @@ impl Toolbox {
 /// Turns raw arguments into `T::Args`, or an error result naming the argument at fault.
 pub fn parse_args<T: ToolSpec>(args: Value) -> Result<T::Args, ToolResult> {
     let bad = |why: String| ToolResult::error(format!("invalid arguments for {}: {why}", T::NAME));
-    let args = match args {
-        Value::String(text) => serde_json::from_str(&text)
-            .map_err(|e| bad(format!("the arguments are not valid JSON ({e})")))?,
-        // No arguments at all: let the schema say which ones are required.
-        Value::Null => Value::Object(Map::new()),
-        other => other,
-    };
+    let args = normalize_args(T::NAME, args)?;
     check_args(&parameters::<T::Args>(), &args).map_err(bad)?;
     serde_json::from_value(args).map_err(|e| bad(e.to_string()))
+}
+
+/// The arguments as a JSON value: some model APIs deliver them as a string of JSON, and
+/// none at all means an empty object (the schema then says which ones are required).
+pub fn normalize_args(tool: &str, args: Value) -> Result<Value, ToolResult> {
+    match args {
+        Value::String(text) => serde_json::from_str(&text).map_err(|e| {
+            ToolResult::error(format!(
+                "invalid arguments for {tool}: the arguments are not valid JSON ({e})"
+            ))
+        }),
+        Value::Null => Ok(Value::Object(Map::new())),
+        other => Ok(other),
+    }
 }
 
 /// Checks `args` against the flat object schemas the tools use, so that the error names
