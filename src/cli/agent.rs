@@ -70,8 +70,8 @@ impl Session {
             dirs: dirs.clone(),
             env: std::env::vars_os().collect(),
         };
-        // Checked now, so that bad input is refused before anything starts.
-        source.resolve().map_err(|e| bad_input(e.to_string()))?;
+        // Resolved now, so that bad input is refused before anything starts.
+        let policy = source.resolve().map_err(|e| bad_input(e.to_string()))?;
         let backend = pick_backend(args.backend, &dirs.state)?;
 
         let approval = args
@@ -91,8 +91,7 @@ impl Session {
         let events = Arc::new(EventLog::open(&events_path).map_err(bad_input)?);
 
         let provider = build_provider(args, &config, stream, &events)?;
-        let mut toolbox =
-            Toolbox::resolving_each_call(source, backend).map_err(|e| bad_input(e.to_string()))?;
+        let mut toolbox = Toolbox::resolving_each_call(policy, source, backend);
         toolbox.allow_sandbox_false = config.allow_unsandboxed;
         if let Some(cap) = config.output_cap {
             toolbox.output_cap = cap;

@@ -30,13 +30,7 @@ pub fn run(args: McpArgs) -> i32 {
             return SETUP_FAILED;
         }
     };
-    let toolbox = match Toolbox::resolving_each_call(setup.source, setup.backend) {
-        Ok(toolbox) => toolbox,
-        Err(e) => {
-            report_error(&format!("chitti mcp cannot start: {e}"));
-            return SETUP_FAILED;
-        }
-    };
+    let toolbox = Toolbox::resolving_each_call(setup.policy, setup.source, setup.backend);
     // One thread is enough: calls wait on processes, not on the CPU, and skipping the
     // hand-offs between worker threads makes each call measurably faster (bench.sh).
     let runtime = match tokio::runtime::Builder::new_current_thread()

@@ -226,17 +226,14 @@ impl Toolbox {
         }
     }
 
-    /// A toolbox for a long-lived session: the policy is resolved from `source` now and
-    /// again for every call, so that what appears on the host mid-session (a new
-    /// credential directory, a new repository) is protected too.
-    pub fn resolving_each_call(
-        source: PolicySource,
-        backend: Backend,
-    ) -> Result<Toolbox, crate::policy::PolicyError> {
-        let policy = Arc::new(source.resolve()?);
-        let mut toolbox = Toolbox::new(policy, backend);
+    /// A toolbox for a long-lived session: `policy`, already resolved from `source`,
+    /// serves until the first call; every call resolves it again from `source`, so that
+    /// what appears on the host mid-session (a new credential directory, a new
+    /// repository) is protected too.
+    pub fn resolving_each_call(policy: Policy, source: PolicySource, backend: Backend) -> Toolbox {
+        let mut toolbox = Toolbox::new(Arc::new(policy), backend);
         toolbox.source = Some(Arc::new(source));
-        Ok(toolbox)
+        toolbox
     }
 
     /// This toolbox with the policy as it stands now (itself when it has no source).
@@ -480,7 +477,8 @@ mod tests {
     async fn a_session_toolbox_covers_credentials_that_appear_mid_session() {
         let fx = Fixture::new();
         let backend = fx.toolbox().backend;
-        let session = Toolbox::resolving_each_call(fx.source.clone(), backend).unwrap();
+        let session =
+            Toolbox::resolving_each_call((*fx.policy).clone(), fx.source.clone(), backend);
         let fixed = fx.toolbox();
         std::fs::create_dir_all(fx.home.join(".aws")).unwrap();
         std::fs::write(fx.home.join(".aws/credentials"), "AWS-DECOY-KEY").unwrap();
@@ -507,7 +505,8 @@ mod tests {
     async fn a_session_toolbox_fails_closed_when_the_policy_no_longer_resolves() {
         let fx = Fixture::new();
         let backend = fx.toolbox().backend;
-        let session = Toolbox::resolving_each_call(fx.source.clone(), backend).unwrap();
+        let session =
+            Toolbox::resolving_each_call((*fx.policy).clone(), fx.source.clone(), backend);
         let moved = fx.ws.with_file_name("moved");
         std::fs::rename(&fx.ws, &moved).unwrap();
         let r = session
