@@ -1,7 +1,7 @@
 //! `chitti mcp`: the sandboxed tools served over MCP on stdio.
 
 use super::sandbox_exec::{setup, termination_signal};
-use super::{report_error, McpArgs, SandboxOpts};
+use super::{report_error, McpArgs};
 use crate::policy::Overrides;
 use crate::sandbox::BackendChoice;
 use crate::tools::Toolbox;
@@ -11,19 +11,14 @@ const SETUP_FAILED: i32 = 125;
 
 pub fn run(args: McpArgs) -> i32 {
     // An MCP client cannot be asked before each command, so there is no unsandboxed mode.
-    if args.backend == BackendChoice::None {
+    if args.sandbox.backend == BackendChoice::None {
         report_error(
             "chitti mcp always runs commands in a sandbox; --backend none is not accepted \
              (use auto, bwrap, landlock or seatbelt)",
         );
         return SETUP_FAILED;
     }
-    let opts = SandboxOpts {
-        workspace: args.workspace,
-        profile: args.profile,
-        backend: args.backend,
-    };
-    let setup = match setup(&opts, &Overrides::default()) {
+    let setup = match setup(&args.sandbox, &Overrides::default()) {
         Ok(setup) => setup,
         Err(e) => {
             report_error(&format!("chitti mcp cannot start: {e}"));

@@ -50,6 +50,9 @@ pub enum Command {
         agent: AgentArgs,
     },
     /// Serve the sandboxed tools over MCP (stdio) for other agents.
+    #[command(mut_arg("backend", |a| a.help(
+        "Which sandbox to use; `none` is refused (an MCP client cannot approve unsandboxed commands)"
+    )))]
     Mcp(McpArgs),
 }
 
@@ -110,15 +113,9 @@ pub struct AgentArgs {
 /// Options of `chitti mcp`.
 #[derive(Debug, Args, Clone)]
 pub struct McpArgs {
-    /// The project the tools work in (default: the current directory).
-    #[arg(short = 'w', long, value_name = "DIR")]
-    pub workspace: Option<PathBuf>,
-    /// Sandbox profile for execute_bash: a name or a TOML file.
-    #[arg(short = 'p', long, value_name = "NAME|FILE", default_value = crate::policy::profile::DEFAULT_PROFILE)]
-    pub profile: String,
-    /// Which sandbox to use (default auto; never silently unsandboxed).
-    #[arg(long, value_enum, default_value = "auto")]
-    pub backend: BackendChoice,
+    /// The workspace, the profile for execute_bash, and the backend (`none` is refused).
+    #[command(flatten)]
+    pub sandbox: SandboxOpts,
     /// Also offer write_file and edit_file.
     #[arg(long)]
     pub allow_write_tools: bool,
