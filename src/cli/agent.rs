@@ -20,7 +20,7 @@ use crate::agent::{Agent, Progress, TurnEnd};
 use crate::config::Config;
 use crate::policy::{profile, ChittiDirs, Overrides, PolicySource};
 use crate::provider::http::RetryNotice;
-use crate::provider::{gemini, openai, AnyProvider, HttpOptions};
+use crate::provider::{gemini, openai, AnyProvider, Endpoint, HttpOptions};
 use crate::sandbox::{self, Backend, BackendChoice, Capabilities};
 use crate::tools::Toolbox;
 
@@ -233,7 +233,16 @@ fn build_provider(
             )));
         }
     }
-    let provider = match name {
+    let endpoint = |default_base: &str, default_model: &str| {
+        Endpoint::new(
+            base_url.as_deref().unwrap_or(default_base),
+            model.as_deref().unwrap_or(default_model),
+            stream,
+            options.clone(),
+        )
+        .map_err(|e| Refusal(1, e.to_string()))
+    };
+    Ok(match name {
         ProviderName::Gemini => {
             let key = from_env("GEMINI_API_KEY")
                 .or_else(|| settings.api_key.clone())
@@ -243,14 +252,8 @@ fn build_provider(
                      [gemini] in ~/.config/chitti/config.toml (or use --provider openai)",
                     )
                 })?;
-            gemini::Gemini::new(
-                base_url.as_deref().unwrap_or(gemini::DEFAULT_BASE_URL),
-                model.as_deref().unwrap_or(gemini::DEFAULT_MODEL),
-                key,
-                stream,
-                options,
-            )
-            .map(AnyProvider::Gemini)
+            let endpoint = endpoint(gemini::DEFAULT_BASE_URL, gemini::DEFAULT_MODEL)?;
+            AnyProvider::Gemini(gemini::Gemini::new(endpoint, key))
         }
         ProviderName::Openai => {
             let key = from_env("OPENAI_API_KEY").or_else(|| settings.api_key.clone());
@@ -262,17 +265,10 @@ fn build_provider(
                      --base-url (e.g. http://localhost:11434/v1)",
                 ));
             }
-            openai::OpenAi::new(
-                base,
-                model.as_deref().unwrap_or(openai::DEFAULT_MODEL),
-                key,
-                stream,
-                options,
-            )
-            .map(AnyProvider::OpenAi)
+            let endpoint = endpoint(openai::DEFAULT_BASE_URL, openai::DEFAULT_MODEL)?;
+            AnyProvider::OpenAi(openai::OpenAi::new(endpoint, key))
         }
-    };
-    provider.map_err(|e| Refusal(1, e.to_string()))
+    })
 }
 
 /// `run`: commentary was not shown as it streamed, so it is shown now, on stderr.

@@ -7,7 +7,7 @@ use std::sync::atomic::AtomicU64;
 
 use serde_json::{json, Map, Value};
 
-use super::http::{self, HttpOptions};
+use super::http;
 use super::{
     made_up_call_id, AssistantTurn, Endpoint, FunctionDecl, Message, Provider, ProviderError,
     Reply, Request, TextSink, ToolCall, Usage,
@@ -22,17 +22,8 @@ pub struct Gemini {
 }
 
 impl Gemini {
-    pub fn new(
-        base_url: &str,
-        model: &str,
-        api_key: String,
-        stream: bool,
-        options: HttpOptions,
-    ) -> Result<Gemini, ProviderError> {
-        Ok(Gemini {
-            endpoint: Endpoint::new(base_url, model, stream, options)?,
-            api_key,
-        })
+    pub fn new(endpoint: Endpoint, api_key: String) -> Gemini {
+        Gemini { endpoint, api_key }
     }
 
     fn url(&self) -> String {
@@ -64,15 +55,10 @@ impl Provider for Gemini {
     ) -> Result<Reply, ProviderError> {
         let body = request_body(&request);
         let headers = [("x-goog-api-key", self.api_key.clone())];
-        let response = http::post_json(
-            &self.endpoint.client,
-            &self.endpoint.options,
-            "gemini",
-            &self.url(),
-            &headers,
-            &body,
-        )
-        .await?;
+        let response = self
+            .endpoint
+            .post("gemini", &self.url(), &headers, &body)
+            .await?;
         let mut reply = ReplyBuilder::default();
         if self.endpoint.stream {
             http::read_sse("gemini", response, |data| reply.add_chunk(data, on_text)).await?;

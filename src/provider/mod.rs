@@ -151,6 +151,17 @@ impl Endpoint {
             call_ids: std::sync::atomic::AtomicU64::new(1),
         })
     }
+
+    /// POSTs `body` to `url` with retries; `api` names the API in error messages.
+    async fn post(
+        &self,
+        api: &str,
+        url: &str,
+        headers: &[(&str, String)],
+        body: &Value,
+    ) -> Result<reqwest::Response, ProviderError> {
+        http::post_json(&self.client, &self.options, api, url, headers, body).await
+    }
 }
 
 /// An id for a call whose provider gave none: unique within the session.

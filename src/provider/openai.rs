@@ -6,7 +6,7 @@ use std::sync::atomic::AtomicU64;
 
 use serde_json::{json, Value};
 
-use super::http::{self, HttpOptions};
+use super::http;
 use super::{
     made_up_call_id, AssistantTurn, Endpoint, FunctionDecl, Message, Provider, ProviderError,
     Reply, Request, TextSink, ToolCall, Usage,
@@ -22,17 +22,8 @@ pub struct OpenAi {
 }
 
 impl OpenAi {
-    pub fn new(
-        base_url: &str,
-        model: &str,
-        api_key: Option<String>,
-        stream: bool,
-        options: HttpOptions,
-    ) -> Result<OpenAi, ProviderError> {
-        Ok(OpenAi {
-            endpoint: Endpoint::new(base_url, model, stream, options)?,
-            api_key,
-        })
+    pub fn new(endpoint: Endpoint, api_key: Option<String>) -> OpenAi {
+        OpenAi { endpoint, api_key }
     }
 }
 
@@ -57,15 +48,7 @@ impl Provider for OpenAi {
             .map(|key| ("authorization", format!("Bearer {key}")))
             .collect();
         let url = format!("{}/chat/completions", self.endpoint.base_url);
-        let response = http::post_json(
-            &self.endpoint.client,
-            &self.endpoint.options,
-            "openai",
-            &url,
-            &headers,
-            &body,
-        )
-        .await?;
+        let response = self.endpoint.post("openai", &url, &headers, &body).await?;
         if self.endpoint.stream {
             let mut stream = StreamedReply::default();
             http::read_sse("openai", response, |data| stream.add(data, on_text)).await?;
