@@ -188,11 +188,7 @@ impl<P: Provider> Agent<P> {
             }
             if rounds == self.max_steps {
                 // The model wants more; answer its calls so the history stays valid.
-                let outputs = turn
-                    .calls
-                    .iter()
-                    .map(|c| output(c, false, "not run: the step limit was reached".into()))
-                    .collect();
+                let outputs = none_run(&turn.calls, "the step limit was reached");
                 self.history.push(Message::ToolResults(outputs));
                 return self.end(TurnEnd::MaxSteps(self.max_steps));
             }
@@ -304,17 +300,11 @@ impl<P: Provider> Agent<P> {
             }
         }
         if cancel.is_cancelled() {
-            let outputs = calls
-                .iter()
-                .map(|c| output(c, false, "not run: the user cancelled this turn".into()))
-                .collect();
+            let outputs = none_run(calls, "the user cancelled this turn");
             return (outputs, Some(TurnEnd::Cancelled));
         }
         if stopped {
-            let outputs = calls
-                .iter()
-                .map(|c| output(c, false, "not run: the user stopped this turn".into()))
-                .collect();
+            let outputs = none_run(calls, "the user stopped this turn");
             return (outputs, Some(TurnEnd::Stopped));
         }
 
@@ -456,6 +446,14 @@ enum Plan {
     Deny(String),
     /// The user ended the turn.
     Stop,
+}
+
+/// "not run: {why}" for every call: the answers of a turn that ends before running them.
+fn none_run(calls: &[ToolCall], why: &str) -> Vec<ToolOutput> {
+    calls
+        .iter()
+        .map(|c| output(c, false, format!("not run: {why}")))
+        .collect()
 }
 
 fn output(call: &ToolCall, ok: bool, text: String) -> ToolOutput {

@@ -127,7 +127,9 @@ impl Session {
             crate::provider::Provider::model(&provider),
             toolbox.policy.workspace.display(),
             backend.name(),
-            approval_name(approval),
+            clap::ValueEnum::to_possible_value(&approval)
+                .expect("every approval mode has a name")
+                .get_name(),
             events.path().display()
         );
         Ok(Session {
@@ -158,14 +160,6 @@ impl Session {
             self.max_steps,
         )
         .with_progress(progress)
-    }
-}
-
-fn approval_name(mode: ApprovalMode) -> &'static str {
-    match mode {
-        ApprovalMode::Ask => "ask",
-        ApprovalMode::AutoSandboxed => "auto-sandboxed",
-        ApprovalMode::Auto => "auto",
     }
 }
 
