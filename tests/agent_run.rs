@@ -923,14 +923,6 @@ fn sandbox_false_is_refused_unless_the_config_allows_it() {
 
 // --- chat ----------------------------------------------------------------------------
 
-fn wait_for(what: &str, limit: Duration, mut done: impl FnMut() -> bool) {
-    let started = Instant::now();
-    while !done() {
-        assert!(started.elapsed() < limit, "waited {limit:?} for {what}");
-        std::thread::sleep(Duration::from_millis(50));
-    }
-}
-
 #[test]
 fn chat_streams_answers_and_keeps_the_conversation() {
     let fx = Fixture::new();
@@ -995,9 +987,10 @@ fn ctrl_c_in_chat_stops_the_turn_not_the_program() {
     let mut child = agent.chat();
     let mut stdin = child.stdin.take().unwrap();
     stdin.write_all(b"start something long\n").unwrap();
-    wait_for("the command to start", Duration::from_secs(20), || {
-        fx.ws("started").exists()
-    });
+    assert!(
+        common::wait_until(Duration::from_secs(20), || fx.ws("started").exists()),
+        "waited 20 s for the command to start"
+    );
     unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
     // The turn ends and the command dies with it; chitti waits for the next prompt.
     std::thread::sleep(Duration::from_millis(500));
