@@ -1152,6 +1152,31 @@ fn is_zombie(pid: i32) -> bool {
         .unwrap_or(true)
 }
 
+/// How many processes (zombies included: they still count against RLIMIT_NPROC) belong
+/// to this test's real uid.
+pub fn processes_of_my_uid() -> usize {
+    let uid = unsafe { libc::getuid() }.to_string();
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return 0;
+    };
+    entries
+        .flatten()
+        .filter(|e| {
+            e.file_name()
+                .to_str()
+                .is_some_and(|n| n.parse::<i32>().is_ok())
+        })
+        .filter_map(|e| std::fs::read_to_string(e.path().join("status")).ok())
+        .filter(|status| {
+            status
+                .lines()
+                .find_map(|l| l.strip_prefix("Uid:"))
+                .and_then(|ids| ids.split_whitespace().next())
+                == Some(uid.as_str())
+        })
+        .count()
+}
+
 /// `sleep <secs>` processes, wherever they run (inside a sandbox or not).
 pub fn sleepers(secs: &str) -> Vec<i32> {
     pids_with_argv(&["sleep", secs])
