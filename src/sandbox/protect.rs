@@ -146,15 +146,18 @@ impl Snapshot {
                 Entry::Pinned { .. } => {}
                 Entry::File { path, bytes, mode } => {
                     if !file_matches(path, bytes, *mode) {
-                        remove_any(path);
-                        write_file(path, bytes, *mode);
-                        repairs.push(format!("restored {}", path.display()));
+                        repairs.push(match replace_file(path, bytes, *mode) {
+                            Ok(()) => format!("restored {}", path.display()),
+                            Err(e) => format!("could not restore {}: {e}", path.display()),
+                        });
                     }
                 }
                 Entry::Dir { path, mode, tree } => {
-                    if restore_dir(path, *mode, tree) {
+                    let mut failures = Vec::new();
+                    if restore_dir(path, *mode, tree, &mut failures) {
                         repairs.push(format!("restored {}", path.display()));
                     }
+                    repairs.extend(failures);
                 }
                 Entry::Absent { path } => {
                     if std::fs::symlink_metadata(path).is_ok() {
@@ -304,13 +307,36 @@ fn remove_any(path: &Path) {
     }
 }
 
-fn write_file(path: &Path, bytes: &[u8], mode: u32) {
-    let _ = std::fs::write(path, bytes);
-    let _ = std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode));
+/// Puts `bytes` at `path` by renaming a finished sibling over it, so that a reader (the
+/// host's git, perhaps started the moment chitti was killed) sees the old file or the
+/// restored one, never a missing or half-written one.
+fn replace_file(path: &Path, bytes: &[u8], mode: u32) -> std::io::Result<()> {
+    use std::io::Write;
+    let parent = path.parent().unwrap_or(Path::new("."));
+    let mut staged = tempfile::Builder::new()
+        .prefix(".chitti-restore-")
+        .tempfile_in(parent)?;
+    staged.write_all(bytes)?;
+    staged
+        .as_file()
+        .set_permissions(std::fs::Permissions::from_mode(mode))?;
+    match staged.persist(path) {
+        Ok(_) => Ok(()),
+        // A directory (or anything rename cannot replace) planted where the file was.
+        Err(e) => {
+            remove_any(path);
+            e.file.persist(path).map(|_| ()).map_err(|e| e.error)
+        }
+    }
 }
 
 /// Returns true when something had to change.
-fn restore_dir(path: &Path, mode: u32, tree: &[(PathBuf, Option<Vec<u8>>, u32)]) -> bool {
+fn restore_dir(
+    path: &Path,
+    mode: u32,
+    tree: &[(PathBuf, Option<Vec<u8>>, u32)],
+    failures: &mut Vec<String>,
+) -> bool {
     let mut changed = false;
     match std::fs::symlink_metadata(path) {
         Ok(m) if m.is_dir() => {}
@@ -358,8 +384,9 @@ fn restore_dir(path: &Path, mode: u32, tree: &[(PathBuf, Option<Vec<u8>>, u32)])
             }
             Some(bytes) => {
                 if !file_matches(&full, bytes, *m) {
-                    remove_any(&full);
-                    write_file(&full, bytes, *m);
+                    if let Err(e) = replace_file(&full, bytes, *m) {
+                        failures.push(format!("could not restore {}: {e}", full.display()));
+                    }
                     changed = true;
                 }
             }
@@ -429,5 +456,48 @@ mod tests {
         assert!(git.join("hooks/pre-commit.sample").exists());
         assert!(!ws.path().join("moved").exists());
         assert!(!git.join("commondir").exists());
+    }
+
+    #[test]
+    fn files_are_put_back_whole_with_their_mode_even_over_a_planted_directory() {
+        let ws = tempfile::tempdir().unwrap();
+        let git = ws.path().join(".git");
+        std::fs::create_dir_all(git.join("hooks")).unwrap();
+        std::fs::write(git.join("config"), "[core]\n").unwrap();
+        std::fs::set_permissions(git.join("config"), std::fs::Permissions::from_mode(0o640))
+            .unwrap();
+        std::fs::write(git.join("hooks/pre-push"), "#!/bin/sh\n").unwrap();
+        let snap = Snapshot::take(&[], &[git.join("config"), git.join("hooks")], &[]).unwrap();
+
+        std::fs::remove_file(git.join("config")).unwrap();
+        std::fs::create_dir_all(git.join("config/inner")).unwrap();
+        std::fs::write(git.join("hooks/pre-push"), "#!/bin/sh\nevil\n").unwrap();
+        let repairs = snap.restore();
+
+        assert!(
+            repairs.iter().all(|r| !r.starts_with("could not")),
+            "{repairs:?}"
+        );
+        let meta = std::fs::symlink_metadata(git.join("config")).unwrap();
+        assert!(meta.is_file());
+        assert_eq!(meta.permissions().mode() & 0o7777, 0o640);
+        assert_eq!(
+            std::fs::read_to_string(git.join("config")).unwrap(),
+            "[core]\n"
+        );
+        assert_eq!(
+            std::fs::read_to_string(git.join("hooks/pre-push")).unwrap(),
+            "#!/bin/sh\n"
+        );
+        let leftovers: Vec<_> = std::fs::read_dir(&git)
+            .unwrap()
+            .flatten()
+            .filter(|e| {
+                e.file_name()
+                    .to_string_lossy()
+                    .starts_with(".chitti-restore-")
+            })
+            .collect();
+        assert!(leftovers.is_empty(), "staging files left behind");
     }
 }

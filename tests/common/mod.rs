@@ -353,6 +353,21 @@ pub fn wait_until(limit: Duration, mut cond: impl FnMut() -> bool) -> bool {
 /// Live (non-zombie) processes whose argv is exactly `argv` (argv[0] compared by its
 /// file name), found by scanning /proc.
 pub fn pids_with_argv(argv: &[&str]) -> Vec<i32> {
+    pids_where(|args| {
+        args.len() == argv.len()
+            && Path::new(&args[0]).file_name() == Some(OsStr::new(argv[0]))
+            && args[1..] == argv[1..]
+    })
+}
+
+/// Live processes with `needle` in one of their arguments: for a unique token, every
+/// process of one sandboxed call (chitti, its supervisor, bwrap, the command tree).
+pub fn pids_mentioning(needle: &str) -> Vec<i32> {
+    pids_where(|args| args.iter().any(|a| a.contains(needle)))
+}
+
+/// Live (non-zombie) processes whose argv satisfies `wanted`, found by scanning /proc.
+fn pids_where(wanted: impl Fn(&[String]) -> bool) -> Vec<i32> {
     let mut out = Vec::new();
     let Ok(entries) = std::fs::read_dir("/proc") else {
         return out;
@@ -373,11 +388,7 @@ pub fn pids_with_argv(argv: &[&str]) -> Vec<i32> {
             .filter(|a| !a.is_empty())
             .map(|a| String::from_utf8_lossy(a).into_owned())
             .collect();
-        if args.len() != argv.len() {
-            continue;
-        }
-        let first_matches = Path::new(&args[0]).file_name() == Some(OsStr::new(argv[0]));
-        if first_matches && args[1..] == argv[1..] && !is_zombie(pid) {
+        if !args.is_empty() && wanted(&args) && !is_zombie(pid) {
             out.push(pid);
         }
     }
