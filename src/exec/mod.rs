@@ -6,6 +6,7 @@ pub mod capture;
 use std::future::Future;
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::process::ExitStatusExt;
+#[cfg(not(target_os = "linux"))]
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
@@ -129,7 +130,11 @@ impl Pipes {
 
 /// The spawned process, whichever way it was started.
 enum Running {
+    #[cfg(not(target_os = "linux"))]
     Command(tokio::process::Child),
+    /// bubblewrap, started without a fork of chitti.
+    #[cfg(target_os = "linux")]
+    Direct(crate::sandbox::linux::direct::DirectChild),
     #[cfg(target_os = "linux")]
     Supervised {
         pid: libc::pid_t,
@@ -178,6 +183,37 @@ pub async fn run(
     // The process group to sweep after a normal exit (see below).
     let leader: Option<u32>;
     let mut running = match launch {
+        #[cfg(target_os = "linux")]
+        Launch::Command {
+            program,
+            args,
+            env,
+            cwd,
+            pass_fds,
+            rlimits,
+        } => {
+            use crate::sandbox::linux::direct;
+            let child = direct::DirectChild::spawn(
+                &program,
+                &args,
+                &env,
+                &cwd,
+                &pass_fds,
+                rlimits,
+                direct::Stdio {
+                    stdin: child_stdin,
+                    stdout: child_stdout,
+                    stderr: child_stderr,
+                },
+            )
+            .map_err(|e| {
+                SandboxError::Unavailable(format!("cannot start {}: {e}", program.display()))
+            })?;
+            drop(pass_fds);
+            leader = Some(child.pid as u32);
+            Running::Direct(child)
+        }
+        #[cfg(not(target_os = "linux"))]
         Launch::Command {
             program,
             args,
@@ -311,29 +347,53 @@ pub async fn run(
         Ended::Exited => {}
     }
     match running {
+        #[cfg(target_os = "linux")]
+        Running::Direct(mut child) => {
+            let status = child
+                .reap()
+                .map_err(|e| SandboxError::Unavailable(format!("waiting for bwrap: {e}")))?;
+            let status = std::process::ExitStatus::from_raw(status);
+            check_bwrap_status(&mut outcome, status, &stderr_head)?;
+        }
+        #[cfg(not(target_os = "linux"))]
         Running::Command(mut child) => {
             let status = child
                 .wait()
                 .await
                 .map_err(|e| SandboxError::Unavailable(format!("waiting for bwrap: {e}")))?;
-            if let Some(code) = status.code() {
-                if code == 1 && stderr_head.starts_with(b"bwrap: ") {
-                    let text = String::from_utf8_lossy(&stderr_head);
-                    return Err(SandboxError::Unavailable(format!(
-                        "bubblewrap could not set up the sandbox: {}",
-                        text.lines().next().unwrap_or_default()
-                    )));
-                }
-                // bwrap reports a command killed by signal N as 128+N; it cannot say more.
-                outcome.exit_code = code;
-            } else {
-                outcome.exit_code = 128 + status.signal().unwrap_or(libc::SIGKILL);
-            }
+            check_bwrap_status(&mut outcome, status, &stderr_head)?;
         }
         #[cfg(target_os = "linux")]
         Running::Supervised { status, .. } => apply_report(&mut outcome, status, backend)?,
     }
     Ok(outcome)
+}
+
+/// The exit status of a directly started program (bwrap; sandbox-exec on macOS), with
+/// bwrap's own set-up failures told apart from the command's exit code.
+fn check_bwrap_status(
+    outcome: &mut Outcome,
+    status: std::process::ExitStatus,
+    stderr_head: &[u8],
+) -> Result<(), SandboxError> {
+    match status.code() {
+        Some(1) if stderr_head.starts_with(b"bwrap: ") => {
+            let text = String::from_utf8_lossy(stderr_head);
+            Err(SandboxError::Unavailable(format!(
+                "bubblewrap could not set up the sandbox: {}",
+                text.lines().next().unwrap_or_default()
+            )))
+        }
+        // bwrap reports a command killed by signal N as 128+N; it cannot say more.
+        Some(code) => {
+            outcome.exit_code = code;
+            Ok(())
+        }
+        None => {
+            outcome.exit_code = 128 + status.signal().unwrap_or(libc::SIGKILL);
+            Ok(())
+        }
+    }
 }
 
 #[cfg(target_os = "linux")]
@@ -393,6 +453,7 @@ fn apply_report(
 /// Waits for the spawned process to exit (and reaps it).
 async fn wait(running: &mut Running) -> Result<(), SandboxError> {
     match running {
+        #[cfg(not(target_os = "linux"))]
         Running::Command(child) => {
             child
                 .wait()
@@ -400,19 +461,33 @@ async fn wait(running: &mut Running) -> Result<(), SandboxError> {
                 .map_err(|e| SandboxError::Unavailable(format!("waiting for bwrap: {e}")))?;
         }
         #[cfg(target_os = "linux")]
+        Running::Direct(child) => {
+            readable(&child.pidfd).await?;
+            child
+                .reap()
+                .map_err(|e| SandboxError::Unavailable(format!("waiting for bwrap: {e}")))?;
+        }
+        #[cfg(target_os = "linux")]
         Running::Supervised { pid, pidfd, .. } => {
-            // SAFETY: `pidfd` outlives the registration, which ends with this block.
-            let fd = unsafe {
-                tokio::io::unix::AsyncFd::register_with_interest(
-                    pidfd.as_raw_fd(),
-                    tokio::io::Interest::READABLE,
-                )
-            }
-            .map_err(|e| SandboxError::Unavailable(format!("watching the supervisor: {e}")))?;
-            let _ = fd.readable().await;
+            readable(pidfd).await?;
             unsafe { libc::waitpid(*pid, std::ptr::null_mut(), 0) };
         }
     }
+    Ok(())
+}
+
+/// Resolves once the process behind `pidfd` has exited.
+#[cfg(target_os = "linux")]
+async fn readable(pidfd: &OwnedFd) -> Result<(), SandboxError> {
+    // SAFETY: `pidfd` outlives the registration, which ends with this function.
+    let fd = unsafe {
+        tokio::io::unix::AsyncFd::register_with_interest(
+            pidfd.as_raw_fd(),
+            tokio::io::Interest::READABLE,
+        )
+    }
+    .map_err(|e| SandboxError::Unavailable(format!("watching the sandbox process: {e}")))?;
+    let _ = fd.readable().await;
     Ok(())
 }
 
@@ -420,10 +495,13 @@ async fn wait(running: &mut Running) -> Result<(), SandboxError> {
 /// bwrap's tree dies with it (`--die-with-parent`, and its PID namespace).
 async fn stop(running: &mut Running) -> Result<(), SandboxError> {
     match running {
+        #[cfg(not(target_os = "linux"))]
         Running::Command(child) => {
             kill_group(child);
             let _ = child.start_kill();
         }
+        #[cfg(target_os = "linux")]
+        Running::Direct(child) => child.kill(),
         #[cfg(target_os = "linux")]
         Running::Supervised { lifeline, .. } => drop(lifeline.take()),
     }
@@ -432,9 +510,12 @@ async fn stop(running: &mut Running) -> Result<(), SandboxError> {
         .is_err()
     {
         match running {
+            #[cfg(not(target_os = "linux"))]
             Running::Command(child) => {
                 let _ = child.start_kill();
             }
+            #[cfg(target_os = "linux")]
+            Running::Direct(child) => child.kill(),
             #[cfg(target_os = "linux")]
             Running::Supervised { pid, .. } => unsafe {
                 libc::kill(*pid, libc::SIGKILL);
@@ -445,27 +526,20 @@ async fn stop(running: &mut Running) -> Result<(), SandboxError> {
     Ok(())
 }
 
-/// Marks every descriptor from 3 up close-on-exec (between fork and exec).
+/// Marks every descriptor from 3 up close-on-exec (between fork and exec). macOS has no
+/// close_range.
+#[cfg(not(target_os = "linux"))]
 unsafe fn close_on_exec_from_3() {
-    #[cfg(target_os = "linux")]
-    libc::syscall(
-        libc::SYS_close_range,
-        3u32,
-        u32::MAX,
-        libc::CLOSE_RANGE_CLOEXEC,
-    );
-    #[cfg(not(target_os = "linux"))]
-    {
-        let max = libc::sysconf(libc::_SC_OPEN_MAX).clamp(256, 65536) as i32;
-        for fd in 3..max {
-            libc::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC);
-        }
+    let max = libc::sysconf(libc::_SC_OPEN_MAX).clamp(256, 65536) as i32;
+    for fd in 3..max {
+        libc::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC);
     }
 }
 
 /// Kills the process group the spawned program leads (it called setsid), before it is
 /// reaped, so the group id cannot have been reused. On macOS this is what reaches the
 /// command's background children; bwrap's own PID namespace does that on Linux.
+#[cfg(not(target_os = "linux"))]
 fn kill_group(child: &tokio::process::Child) {
     if let Some(pid) = child.id() {
         unsafe { libc::kill(-(pid as i32), libc::SIGKILL) };

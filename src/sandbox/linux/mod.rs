@@ -1,9 +1,11 @@
 //! The Linux backends: bubblewrap, and Landlock + seccomp under chitti's supervisor.
 
 pub mod caps;
+pub mod direct;
 pub mod landlock;
 pub mod seccomp;
 pub mod supervisor;
+pub mod vfork;
 
 use std::ffi::OsString;
 use std::io::Write;

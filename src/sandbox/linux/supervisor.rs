@@ -15,7 +15,7 @@
 //! needs it on the success path).
 
 use std::ffi::{CString, OsString};
-use std::os::fd::{AsRawFd, FromRawFd, IntoRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 
@@ -297,22 +297,24 @@ unsafe fn supervisor_main(
             fds,
         ),
     };
-    let child = libc::fork();
-    if child < 0 {
-        finish(
+    // The command shares the supervisor's memory until it execs (no page tables copied);
+    // the supervisor waits meanwhile, so the two never run at once.
+    let (step_r, step_w) = (step_read.as_raw_fd(), step_write.as_raw_fd());
+    let child = super::vfork::spawn(&mut || {
+        libc::close(step_r);
+        command_main(spec, argv, envp, step_w, fds);
+    });
+    let child = match child {
+        Ok(pid) => pid,
+        Err(e) => finish(
             Report::SetupFailed {
-                step: "fork".into(),
-                errno: last_error(),
+                step: "clone".into(),
+                errno: e.raw_os_error().unwrap_or(libc::EIO),
             },
             aftermath,
             fds,
-        );
-    }
-    if child == 0 {
-        drop(step_read);
-        let step = step_write.into_raw_fd();
-        command_main(spec, argv, envp, step, fds);
-    }
+        ),
+    };
     drop(step_write);
 
     // The step pipe closes on a successful exec (CLOEXEC); a failure writes to it first.
@@ -340,7 +342,8 @@ unsafe fn supervisor_main(
     finish(report, aftermath, fds)
 }
 
-/// The command: restrict, then exec. Never returns.
+/// The command: restrict, then exec. Never returns. Runs in a `vfork::spawn` child:
+/// system calls only, nothing that allocates.
 unsafe fn command_main(
     spec: &LaunchSpec,
     argv: &[*const libc::c_char],
@@ -357,14 +360,7 @@ unsafe fn command_main(
         libc::_exit(125);
     };
     // Back to default signal handling: SIG_IGN would survive exec.
-    for sig in 1..32 {
-        if sig != libc::SIGKILL && sig != libc::SIGSTOP {
-            libc::signal(sig, libc::SIG_DFL);
-        }
-    }
-    let mut empty: libc::sigset_t = std::mem::zeroed();
-    libc::sigemptyset(&mut empty);
-    libc::sigprocmask(libc::SIG_SETMASK, &empty, std::ptr::null_mut());
+    super::vfork::reset_signals();
     // The command must not hold chitti's pipes (they are close-on-exec too).
     libc::close(fds.lifeline);
     libc::close(fds.status);

@@ -1,0 +1,222 @@
+//! Starting a process without copying chitti's address space.
+//!
+//! `fork` copies the page tables of every private mapping, and afterwards parent and
+//! child both take a page fault on each page either of them writes: for a process the
+//! size of chitti that is a large share of a sandboxed call's cost. Like `posix_spawn`,
+//! [`spawn`] clones with `CLONE_VM | CLONE_VFORK` instead: the child runs on a stack of
+//! its own inside chitti's memory while the calling thread waits, until the child execs
+//! or exits. Unlike `posix_spawn`, the child may do the set-up a sandbox needs (new
+//! session, rlimits, capabilities, Landlock, seccomp) before it execs.
+//!
+//! What the child may do is what is allowed between fork and exec, and less: system
+//! calls on data prepared beforehand, nothing that allocates or takes a lock (another
+//! thread of chitti may hold it), and no writes to memory the parent uses, except
+//! through what the closure captures for that purpose.
+
+use std::io;
+
+/// Enough for the set-up code; a guard page below it turns an overflow into a crash of
+/// the child instead of a write into chitti's heap.
+const STACK_BYTES: usize = 256 * 1024;
+
+/// The child's stack: an anonymous mapping with an inaccessible lowest page.
+struct Stack {
+    base: *mut libc::c_void,
+    len: usize,
+}
+
+impl Stack {
+    fn new() -> io::Result<Stack> {
+        let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) }.max(4096) as usize;
+        let len = STACK_BYTES + page;
+        let base = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_STACK,
+                -1,
+                0,
+            )
+        };
+        if base == libc::MAP_FAILED {
+            return Err(io::Error::last_os_error());
+        }
+        let stack = Stack { base, len };
+        if unsafe { libc::mprotect(base, page, libc::PROT_NONE) } < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(stack)
+    }
+
+    /// Stacks grow down on every architecture chitti supports.
+    fn top(&self) -> *mut libc::c_void {
+        unsafe { self.base.cast::<u8>().add(self.len).cast() }
+    }
+}
+
+impl Drop for Stack {
+    fn drop(&mut self) {
+        unsafe { libc::munmap(self.base, self.len) };
+    }
+}
+
+/// The child's entry point: calls the closure, which should exec or exit.
+extern "C" fn trampoline(arg: *mut libc::c_void) -> libc::c_int {
+    let child = unsafe { &mut *arg.cast::<&mut dyn FnMut()>() };
+    child();
+    unsafe { libc::_exit(127) }
+}
+
+/// Runs `child` in a new process (its parent-death and exit signal is SIGCHLD, so it is
+/// waited for like any child) and returns its pid once it has exec'd or exited.
+///
+/// Every signal is blocked across the clone, so that none of chitti's handlers runs on
+/// the child's stack; `child` must put back default dispositions and the mask it wants
+/// before it execs.
+///
+/// # Safety
+/// `child` must follow the rules in the module documentation and should end in
+/// `execve` or `_exit` (if it returns, the child exits with 127).
+pub unsafe fn spawn(child: &mut dyn FnMut()) -> io::Result<libc::pid_t> {
+    let stack = Stack::new()?;
+    let mut all: libc::sigset_t = std::mem::zeroed();
+    let mut previous: libc::sigset_t = std::mem::zeroed();
+    libc::sigfillset(&mut all);
+    libc::pthread_sigmask(libc::SIG_SETMASK, &all, &mut previous);
+    let mut entry: &mut dyn FnMut() = child;
+    let pid = libc::clone(
+        trampoline,
+        stack.top(),
+        libc::CLONE_VM | libc::CLONE_VFORK | libc::SIGCHLD,
+        (&mut entry as *mut &mut dyn FnMut()).cast(),
+    );
+    let error = io::Error::last_os_error();
+    libc::pthread_sigmask(libc::SIG_SETMASK, &previous, std::ptr::null_mut());
+    // The child has exec'd or exited: its stack is no longer in use.
+    drop(stack);
+    if pid < 0 {
+        return Err(error);
+    }
+    Ok(pid)
+}
+
+/// Puts every signal back to its default action and unblocks them all: handlers set to
+/// be ignored would survive exec, and chitti's own handlers must never run in the child.
+///
+/// # Safety
+/// Only for the child of [`spawn`] (or of `fork`), before it execs.
+pub unsafe fn reset_signals() {
+    for sig in 1..libc::SIGRTMAX() {
+        if sig != libc::SIGKILL && sig != libc::SIGSTOP {
+            libc::signal(sig, libc::SIG_DFL);
+        }
+    }
+    let mut empty: libc::sigset_t = std::mem::zeroed();
+    libc::sigemptyset(&mut empty);
+    libc::sigprocmask(libc::SIG_SETMASK, &empty, std::ptr::null_mut());
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::ffi::CString;
+
+    fn wait(pid: libc::pid_t) -> i32 {
+        let mut status = 0;
+        assert_eq!(unsafe { libc::waitpid(pid, &mut status, 0) }, pid);
+        status
+    }
+
+    #[test]
+    fn the_child_runs_in_its_own_process_and_reports_through_shared_memory() {
+        let mut seen_pid: libc::pid_t = 0;
+        let pid = unsafe {
+            spawn(&mut || {
+                reset_signals();
+                // The parent waits until we exit, so this write is seen, not raced.
+                seen_pid = libc::getpid();
+                libc::_exit(7)
+            })
+        }
+        .unwrap();
+        assert_eq!(seen_pid, pid);
+        assert_ne!(pid, std::process::id() as libc::pid_t);
+        let status = wait(pid);
+        assert!(libc::WIFEXITED(status));
+        assert_eq!(libc::WEXITSTATUS(status), 7);
+    }
+
+    #[test]
+    fn spawn_returns_after_exec_with_the_child_setup_applied() {
+        let dir = tempfile::tempdir().unwrap();
+        let out = dir.path().join("out");
+        let program = CString::new("/bin/sh").unwrap();
+        let script = CString::new(format!(
+            "ulimit -n > '{}'; set -- $(cat /proc/$$/stat); echo $6 >> '{}'",
+            out.display(),
+            out.display()
+        ))
+        .unwrap();
+        let args = [
+            program.as_ptr(),
+            c"-c".as_ptr(),
+            script.as_ptr(),
+            std::ptr::null(),
+        ];
+        let env = [std::ptr::null::<libc::c_char>()];
+        let mut exec_errno = 0;
+        let pid = unsafe {
+            spawn(&mut || {
+                reset_signals();
+                libc::setsid();
+                let limit = libc::rlimit {
+                    rlim_cur: 77,
+                    rlim_max: 77,
+                };
+                libc::setrlimit(libc::RLIMIT_NOFILE, &limit);
+                libc::execve(program.as_ptr(), args.as_ptr(), env.as_ptr());
+                exec_errno = *libc::__errno_location();
+                libc::_exit(127)
+            })
+        }
+        .unwrap();
+        assert_eq!(exec_errno, 0);
+        let status = wait(pid);
+        assert_eq!(libc::WEXITSTATUS(status), 0);
+        let text = std::fs::read_to_string(&out).unwrap();
+        let mut lines = text.lines();
+        assert_eq!(lines.next(), Some("77"), "the rlimit applies to the child");
+        let sid = pid.to_string();
+        assert_eq!(
+            lines.next(),
+            Some(sid.as_str()),
+            "the child leads a new session"
+        );
+        let mut ours = libc::rlimit {
+            rlim_cur: 0,
+            rlim_max: 0,
+        };
+        unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut ours) };
+        assert_ne!(ours.rlim_max, 77, "the parent's own limits are untouched");
+    }
+
+    #[test]
+    fn a_failed_exec_is_seen_by_the_parent() {
+        let missing = CString::new("/nonexistent/chitti-vfork-test").unwrap();
+        let args = [missing.as_ptr(), std::ptr::null()];
+        let env = [std::ptr::null::<libc::c_char>()];
+        let mut exec_errno = 0;
+        let pid = unsafe {
+            spawn(&mut || {
+                reset_signals();
+                libc::execve(missing.as_ptr(), args.as_ptr(), env.as_ptr());
+                exec_errno = *libc::__errno_location();
+                libc::_exit(127)
+            })
+        }
+        .unwrap();
+        assert_eq!(exec_errno, libc::ENOENT);
+        assert_eq!(libc::WEXITSTATUS(wait(pid)), 127);
+    }
+}
