@@ -2,9 +2,11 @@
 //!
 //! Several small filters instead of one: seccompiler gives each filter a single match
 //! action, and the kernel runs every installed filter and keeps the strictest verdict.
-//! Every program starts with seccompiler's architecture check, which kills a process
-//! that enters through another ABI (i386 `int 0x80`); x86_64 also gets a guard against
-//! x32 syscall numbers, which the architecture check alone does not catch.
+//! Calls denied whatever their arguments go into a compact hand-assembled program (see
+//! [`plain_deny_filter`]); calls denied for some arguments only are left to seccompiler.
+//! Every program starts with an architecture check, which kills a process that enters
+//! through another ABI (i386 `int 0x80`); on x86_64 the compact program also kills x32
+//! syscall numbers, which the architecture check alone does not catch.
 
 use std::collections::BTreeMap;
 
@@ -143,27 +145,16 @@ fn mode_setting_calls() -> Vec<(i64, u8)> {
 /// fchmodat2 (Linux 6.6) has the same number on every architecture.
 const FCHMODAT2: i64 = 452;
 
-/// Filter of calls answered with EPERM.
+/// Calls answered with EPERM for some of their arguments.
 fn deny_filter(
     network: bool,
     shares_host: bool,
     arch: TargetArch,
 ) -> Result<BpfProgram, SeccompError> {
     let mut rules: BTreeMap<i64, Vec<SeccompRule>> = BTreeMap::new();
-    for nr in always_denied() {
-        rules.insert(nr, vec![]);
-    }
-    // Extended attributes are metadata Landlock cannot confine; nothing ordinary needs to
-    // set them (cp -a treats the refusal as an unsupported filesystem).
-    for nr in xattr_writes() {
-        rules.insert(nr, vec![]);
-    }
     if shares_host {
-        // Without IPC and PID namespaces (landlock) the host's SysV IPC objects, POSIX
-        // message queues and processes are reachable by id.
-        for nr in sysv_ipc() {
-            rules.insert(nr, vec![]);
-        }
+        // Without IPC and PID namespaces (landlock) the host's POSIX message queues and
+        // processes are reachable by name or id (SysV IPC: see `plainly_denied`).
         rules.insert(
             libc::SYS_mq_open,
             vec![rule(vec![cond(
@@ -303,11 +294,9 @@ fn deny_filter(
         // or squat host pathname and abstract sockets. socketpair() keeps working.
         let mut socket_rules = vec![rule(vec![cond(0, Len::Dword, Op::Ne, unix)])];
         socket_rules.extend(unix_non_stream);
+        // connect/bind/listen are in `plainly_denied`.
         rules.insert(libc::SYS_socket, socket_rules.clone());
         rules.insert(libc::SYS_socketpair, socket_rules);
-        for nr in [libc::SYS_connect, libc::SYS_bind, libc::SYS_listen] {
-            rules.insert(nr, vec![]);
-        }
     }
 
     compile(rules, SeccompAction::Errno(libc::EPERM as u32), arch)
@@ -334,26 +323,86 @@ fn compile(
         .map_err(|e: seccompiler::BackendError| SeccompError(e.to_string()))
 }
 
-/// Kills a process that uses x32 syscall numbers (`nr | 0x40000000`), which the
-/// x86_64 architecture check lets through on kernels built with x32 support.
+/// Calls refused with EPERM whatever their arguments.
+fn plainly_denied(network: bool, shares_host: bool) -> Vec<i64> {
+    let mut v = always_denied();
+    // Extended attributes are metadata Landlock cannot confine; nothing ordinary needs to
+    // set them (cp -a treats the refusal as an unsupported filesystem).
+    v.extend(xattr_writes());
+    if shares_host {
+        // Without an IPC namespace (landlock) the host's SysV IPC objects are reachable.
+        v.extend(sysv_ipc());
+    }
+    if !network {
+        // connect/bind/listen reach or squat host pathname and abstract unix sockets
+        // (the only sockets left without network); socketpair() keeps working.
+        v.extend([libc::SYS_connect, libc::SYS_bind, libc::SYS_listen]);
+    }
+    v.sort_unstable();
+    v.dedup();
+    v
+}
+
 #[cfg(target_arch = "x86_64")]
-fn x32_guard() -> BpfProgram {
+const AUDIT_ARCH: u32 = 0xc000_003e;
+#[cfg(target_arch = "aarch64")]
+const AUDIT_ARCH: u32 = 0xc000_00b7;
+#[cfg(target_arch = "riscv64")]
+const AUDIT_ARCH: u32 = 0xc000_00f3;
+#[cfg(not(any(
+    target_arch = "x86_64",
+    target_arch = "aarch64",
+    target_arch = "riscv64"
+)))]
+const AUDIT_ARCH: u32 = 0;
+
+/// The unconditional denials as one compact program: seccompiler spends five
+/// instructions on each call, and the kernel's cost of installing a filter (translation
+/// and JIT, on every sandboxed call) grows with its length. This one spends one: check
+/// the architecture (another ABI, such as i386 `int 0x80`, kills the process), on x86_64
+/// kill x32 syscall numbers (`nr | 0x40000000`, which the architecture check lets
+/// through), then compare the number against each denied call.
+fn plain_deny_filter(numbers: &[i64]) -> Result<BpfProgram, SeccompError> {
     use seccompiler::sock_filter;
     const LD_W_ABS: u16 = 0x20;
     const JEQ_K: u16 = 0x15;
     const JGE_K: u16 = 0x35;
     const RET_K: u16 = 0x06;
-    const AUDIT_ARCH_X86_64: u32 = 0xc000_003e;
-    const X32_SYSCALL_BIT: u32 = 0x4000_0000;
+    const OFFSET_NR: u32 = 0;
+    const OFFSET_ARCH: u32 = 4;
+    // Jump offsets are 8 bits: every comparison must reach the shared "deny" return.
+    if numbers.len() > 250 {
+        return Err(SeccompError(format!(
+            "{} plainly denied calls do not fit one compact filter",
+            numbers.len()
+        )));
+    }
     let insn = |code, jt, jf, k| sock_filter { code, jt, jf, k };
-    vec![
-        insn(LD_W_ABS, 0, 0, 4), // seccomp_data.arch
-        insn(JEQ_K, 0, 3, AUDIT_ARCH_X86_64),
-        insn(LD_W_ABS, 0, 0, 0), // seccomp_data.nr
-        insn(JGE_K, 0, 1, X32_SYSCALL_BIT),
+    let mut p = vec![
+        insn(LD_W_ABS, 0, 0, OFFSET_ARCH),
+        insn(JEQ_K, 1, 0, AUDIT_ARCH),
         insn(RET_K, 0, 0, libc::SECCOMP_RET_KILL_PROCESS),
-        insn(RET_K, 0, 0, libc::SECCOMP_RET_ALLOW),
-    ]
+        insn(LD_W_ABS, 0, 0, OFFSET_NR),
+    ];
+    let n = numbers.len();
+    // Layout after the comparisons: allow, deny, kill.
+    #[cfg(target_arch = "x86_64")]
+    p.push(insn(JGE_K, (n + 2) as u8, 0, 0x4000_0000));
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = JGE_K;
+    for (i, nr) in numbers.iter().enumerate() {
+        // From comparison i, the deny return is (n - i) instructions ahead.
+        p.push(insn(JEQ_K, (n - i) as u8, 0, *nr as u32));
+    }
+    p.push(insn(RET_K, 0, 0, libc::SECCOMP_RET_ALLOW));
+    p.push(insn(
+        RET_K,
+        0,
+        0,
+        libc::SECCOMP_RET_ERRNO | libc::EPERM as u32,
+    ));
+    p.push(insn(RET_K, 0, 0, libc::SECCOMP_RET_KILL_PROCESS));
+    Ok(p)
 }
 
 /// Every filter the sandbox installs, in installation order. `shares_host` is true for
@@ -365,13 +414,11 @@ pub fn programs(network: bool, shares_host: bool) -> Result<Vec<BpfProgram>, Sec
             std::env::consts::ARCH
         ))
     })?;
-    let mut out = vec![
+    Ok(vec![
+        plain_deny_filter(&plainly_denied(network, shares_host))?,
         deny_filter(network, shares_host, arch)?,
         enosys_filter(arch)?,
-    ];
-    #[cfg(target_arch = "x86_64")]
-    out.push(x32_guard());
-    Ok(out)
+    ])
 }
 
 /// The raw `struct sock_filter` array bubblewrap reads from `--add-seccomp-fd`.
@@ -416,6 +463,60 @@ mod tests {
                 assert_eq!(to_bytes(p).len(), p.len() * 8);
             }
         }
+    }
+
+    /// Runs a classic BPF program of the instructions the compact filter uses.
+    fn run(program: &BpfProgram, arch: u32, nr: u32) -> u32 {
+        let mut pc = 0;
+        let mut acc = 0u32;
+        loop {
+            let i = &program[pc];
+            pc += 1;
+            match i.code {
+                0x20 => acc = if i.k == 4 { arch } else { nr },
+                0x15 => pc += if acc == i.k { i.jt } else { i.jf } as usize,
+                0x35 => pc += if acc >= i.k { i.jt } else { i.jf } as usize,
+                0x06 => return i.k,
+                other => panic!("unexpected instruction {other:#x}"),
+            }
+        }
+    }
+
+    #[test]
+    fn the_compact_filter_denies_exactly_its_list_and_kills_other_abis() {
+        let eperm = libc::SECCOMP_RET_ERRNO | libc::EPERM as u32;
+        for (network, shares_host) in [(false, false), (true, false), (false, true), (true, true)] {
+            let denied = plainly_denied(network, shares_host);
+            let program = plain_deny_filter(&denied).unwrap();
+            assert!(
+                program.len() < denied.len() + 10,
+                "one instruction per call"
+            );
+            for nr in 0..512u32 {
+                let expected = if denied.contains(&(nr as i64)) {
+                    eperm
+                } else {
+                    libc::SECCOMP_RET_ALLOW
+                };
+                assert_eq!(run(&program, AUDIT_ARCH, nr), expected, "syscall {nr}");
+            }
+            assert_eq!(
+                run(&program, 0x4000_0003, libc::SYS_read as u32),
+                libc::SECCOMP_RET_KILL_PROCESS,
+                "another ABI (i386)"
+            );
+            #[cfg(target_arch = "x86_64")]
+            assert_eq!(
+                run(&program, AUDIT_ARCH, 0x4000_0000 | libc::SYS_ptrace as u32),
+                libc::SECCOMP_RET_KILL_PROCESS,
+                "x32 numbers"
+            );
+            let sockets = [libc::SYS_connect, libc::SYS_bind, libc::SYS_listen];
+            assert_eq!(sockets.iter().all(|n| denied.contains(n)), !network);
+            assert_eq!(denied.contains(&libc::SYS_shmget), shares_host);
+        }
+        let too_many: Vec<i64> = (0..251).collect();
+        assert!(plain_deny_filter(&too_many).is_err());
     }
 
     #[test]
