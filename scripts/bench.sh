@@ -65,6 +65,10 @@ fi
 for backend in "${backends[@]}"; do
     commands+=(-n "chitti-$backend" "$chitti sandbox exec --backend $backend -w $ws -- sh -c true")
 done
+# Where chitti's own time goes: starting the binary at all, and setting up and supervising
+# a command with nothing enforced (the difference to a backend is the enforcement).
+commands+=(-n "chitti --version" "$chitti --version")
+commands+=(-n "chitti-none" "$chitti sandbox exec --backend none -w $ws -- sh -c true")
 # The peers sandbox their current directory: run them (and everything else) from $ws.
 if command -v codex >/dev/null; then
     commands+=(-n codex "$(command -v codex) sandbox -- sh -c true")
