@@ -5,13 +5,13 @@
 //! of chitti costs more than the rest of the launch. [`DirectChild::spawn`] does the same
 //! set-up in a [`vfork::spawn`] child instead.
 
-use std::ffi::{CString, OsString};
+use std::ffi::OsString;
 use std::io;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 
-use super::vfork;
+use super::vfork::{self, c_string, open_pidfd, ExecImage};
 use crate::sandbox::rlimits::Rlimits;
 
 /// A started program, its own session leader. Killed (with its process group) and
@@ -31,15 +31,6 @@ pub struct Stdio {
     pub stderr: Option<OwnedFd>,
 }
 
-fn cstring(bytes: &[u8]) -> io::Result<CString> {
-    CString::new(bytes).map_err(|_| {
-        io::Error::new(
-            io::ErrorKind::InvalidInput,
-            "an argument or variable contains a NUL byte",
-        )
-    })
-}
-
 impl DirectChild {
     /// Starts `program` in a new session with `env` only, in `cwd`, under `rlimits`;
     /// `pass_fds` keep their numbers, every other descriptor above 2 is closed on exec.
@@ -54,31 +45,12 @@ impl DirectChild {
         stdio: Stdio,
     ) -> io::Result<DirectChild> {
         // Everything the child touches is built here, before the clone.
-        let program_c = cstring(program.as_os_str().as_bytes())?;
-        let mut argv_c = vec![program_c.clone()];
-        for a in args {
-            argv_c.push(cstring(a.as_bytes())?);
-        }
-        let envp_c: Vec<CString> = env
-            .iter()
-            .map(|(k, v)| {
-                let mut kv = k.as_bytes().to_vec();
-                kv.push(b'=');
-                kv.extend_from_slice(v.as_bytes());
-                cstring(&kv)
-            })
-            .collect::<io::Result<_>>()?;
-        let cwd_c = cstring(cwd.as_os_str().as_bytes())?;
-        let argv: Vec<*const libc::c_char> = argv_c
-            .iter()
-            .map(|a| a.as_ptr())
-            .chain(std::iter::once(std::ptr::null()))
-            .collect();
-        let envp: Vec<*const libc::c_char> = envp_c
-            .iter()
-            .map(|a| a.as_ptr())
-            .chain(std::iter::once(std::ptr::null()))
-            .collect();
+        let bad = |e: String| io::Error::new(io::ErrorKind::InvalidInput, e);
+        let mut argv = vec![program.as_os_str().to_os_string()];
+        argv.extend_from_slice(args);
+        let image = ExecImage::new(program, &argv, env).map_err(bad)?;
+        let execve = image.execve();
+        let cwd_c = c_string(cwd.as_os_str().as_bytes()).map_err(bad)?;
         let pass: Vec<RawFd> = pass_fds.iter().map(|f| f.as_raw_fd()).collect();
         let redirects: Vec<(RawFd, RawFd)> =
             [(&stdio.stdin, 0), (&stdio.stdout, 1), (&stdio.stderr, 2)]
@@ -132,7 +104,7 @@ impl DirectChild {
                     failed = Some(("setrlimit", e.raw_os_error().unwrap_or(libc::EIO)));
                     libc::_exit(125);
                 }
-                libc::execve(program_c.as_ptr(), argv.as_ptr(), envp.as_ptr());
+                execve.exec();
                 failed = Some(("exec", errno()));
                 libc::_exit(127);
             })?
@@ -146,19 +118,20 @@ impl DirectChild {
                 io::Error::new(e.kind(), format!("{step}: {e}"))
             });
         }
-        let pidfd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
-        if pidfd < 0 {
-            let e = io::Error::last_os_error();
-            unsafe {
-                libc::kill(-pid, libc::SIGKILL);
-                libc::kill(pid, libc::SIGKILL);
-                libc::waitpid(pid, std::ptr::null_mut(), 0);
+        let pidfd = match open_pidfd(pid) {
+            Ok(fd) => fd,
+            Err(e) => {
+                unsafe {
+                    libc::kill(-pid, libc::SIGKILL);
+                    libc::kill(pid, libc::SIGKILL);
+                    libc::waitpid(pid, std::ptr::null_mut(), 0);
+                }
+                return Err(e);
             }
-            return Err(e);
-        }
+        };
         Ok(DirectChild {
             pid,
-            pidfd: unsafe { OwnedFd::from_raw_fd(pidfd as RawFd) },
+            pidfd,
             status: None,
         })
     }

@@ -15,13 +15,14 @@
 //! needs it on the success path).
 
 use std::ffi::{CString, OsString};
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
 use super::caps;
+use super::vfork::{c_string, open_pidfd, ExecImage, Execve};
 use crate::sandbox::rlimits::Rlimits;
 
 /// How the command ended, as the supervisor reports it.
@@ -56,9 +57,7 @@ pub struct Restrictions {
 
 /// Everything needed to run one command, prepared before any fork.
 pub struct LaunchSpec {
-    pub program: CString,
-    pub argv: Vec<CString>,
-    pub envp: Vec<CString>,
+    pub image: ExecImage,
     pub cwd: CString,
     pub rlimits: Rlimits,
     pub restrictions: Option<Restrictions>,
@@ -85,26 +84,9 @@ impl LaunchSpec {
         rlimits: Rlimits,
         restrictions: Option<Restrictions>,
     ) -> Result<LaunchSpec, String> {
-        let c = |bytes: &[u8]| {
-            CString::new(bytes)
-                .map_err(|_| "an argument or variable contains a NUL byte".to_string())
-        };
         Ok(LaunchSpec {
-            program: c(program.as_os_str().as_bytes())?,
-            argv: args
-                .iter()
-                .map(|a| c(a.as_bytes()))
-                .collect::<Result<_, _>>()?,
-            envp: env
-                .iter()
-                .map(|(k, v)| {
-                    let mut kv = k.as_bytes().to_vec();
-                    kv.push(b'=');
-                    kv.extend_from_slice(v.as_bytes());
-                    c(&kv)
-                })
-                .collect::<Result<_, _>>()?,
-            cwd: c(cwd.as_os_str().as_bytes())?,
+            image: ExecImage::new(program, args, env)?,
+            cwd: c_string(cwd.as_os_str().as_bytes())?,
             rlimits,
             restrictions,
             after: Vec::new(),
@@ -146,18 +128,7 @@ pub fn spawn(mut spec: LaunchSpec, stdio: ChildStdio) -> std::io::Result<Supervi
     let (lifeline_read, lifeline_write) = pipe()?;
     let (status_read, status_write) = pipe()?;
     // Raw pointers for execve, built before fork.
-    let argv: Vec<*const libc::c_char> = spec
-        .argv
-        .iter()
-        .map(|a| a.as_ptr())
-        .chain(std::iter::once(std::ptr::null()))
-        .collect();
-    let envp: Vec<*const libc::c_char> = spec
-        .envp
-        .iter()
-        .map(|a| a.as_ptr())
-        .chain(std::iter::once(std::ptr::null()))
-        .collect();
+    let execve = spec.image.execve();
 
     let pid = unsafe { libc::fork() };
     if pid < 0 {
@@ -175,23 +146,24 @@ pub fn spawn(mut spec: LaunchSpec, stdio: ChildStdio) -> std::io::Result<Supervi
         };
         let after = std::mem::take(&mut spec.after);
         let cleanup = std::mem::take(&mut spec.cleanup);
-        unsafe { supervisor_main(&spec, &argv, &envp, keep, Aftermath { after, cleanup }) }
+        unsafe { supervisor_main(&spec, &execve, keep, Aftermath { after, cleanup }) }
     }
     drop(lifeline_read);
     drop(status_write);
     drop(stdio);
-    let pidfd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
-    if pidfd < 0 {
-        let e = std::io::Error::last_os_error();
-        unsafe {
-            libc::kill(pid, libc::SIGKILL);
-            libc::waitpid(pid, std::ptr::null_mut(), 0);
+    let pidfd = match open_pidfd(pid) {
+        Ok(fd) => fd,
+        Err(e) => {
+            unsafe {
+                libc::kill(pid, libc::SIGKILL);
+                libc::waitpid(pid, std::ptr::null_mut(), 0);
+            }
+            return Err(e);
         }
-        return Err(e);
-    }
+    };
     Ok(Supervised {
         pid,
-        pidfd: unsafe { OwnedFd::from_raw_fd(pidfd as RawFd) },
+        pidfd,
         lifeline: lifeline_write,
         status: status_read,
     })
@@ -249,8 +221,7 @@ unsafe fn close_all_but(keep: &mut [RawFd]) {
 
 unsafe fn supervisor_main(
     spec: &LaunchSpec,
-    argv: &[*const libc::c_char],
-    envp: &[*const libc::c_char],
+    execve: &Execve,
     keep: Keep,
     aftermath: Aftermath,
 ) -> ! {
@@ -302,7 +273,7 @@ unsafe fn supervisor_main(
     let (step_r, step_w) = (step_read.as_raw_fd(), step_write.as_raw_fd());
     let child = super::vfork::spawn(&mut || {
         libc::close(step_r);
-        command_main(spec, argv, envp, step_w, fds);
+        command_main(spec, execve, step_w, fds);
     });
     let child = match child {
         Ok(pid) => pid,
@@ -344,13 +315,7 @@ unsafe fn supervisor_main(
 
 /// The command: restrict, then exec. Never returns. Runs in a `vfork::spawn` child:
 /// system calls only, nothing that allocates.
-unsafe fn command_main(
-    spec: &LaunchSpec,
-    argv: &[*const libc::c_char],
-    envp: &[*const libc::c_char],
-    step: RawFd,
-    fds: Fds,
-) -> ! {
+unsafe fn command_main(spec: &LaunchSpec, execve: &Execve, step: RawFd, fds: Fds) -> ! {
     let fail = |name: &[u8], errno: i32| -> ! {
         let mut msg = [0u8; 64];
         msg[..4].copy_from_slice(&errno.to_ne_bytes());
@@ -398,7 +363,7 @@ unsafe fn command_main(
             }
         }
     }
-    libc::execve(spec.program.as_ptr(), argv.as_ptr(), envp.as_ptr());
+    execve.exec();
     fail(b"exec", last_error())
 }
 

@@ -13,7 +13,11 @@
 //! thread of chitti may hold it), and no writes to memory the parent uses, except
 //! through what the closure captures for that purpose.
 
+use std::ffi::{CString, OsString};
 use std::io;
+use std::os::fd::{FromRawFd, OwnedFd, RawFd};
+use std::os::unix::ffi::OsStrExt;
+use std::path::Path;
 
 /// Enough for the set-up code; a guard page below it turns an overflow into a crash of
 /// the child instead of a write into chitti's heap.
@@ -117,10 +121,94 @@ pub unsafe fn reset_signals() {
     libc::sigprocmask(libc::SIG_SETMASK, &empty, std::ptr::null_mut());
 }
 
+/// A C string for a child that must not allocate; a NUL inside is bad input.
+pub fn c_string(bytes: &[u8]) -> Result<CString, String> {
+    CString::new(bytes).map_err(|_| "an argument or variable contains a NUL byte".to_string())
+}
+
+/// A program, its argv and its environment as `execve` takes them, built before the clone.
+pub struct ExecImage {
+    program: CString,
+    argv: Vec<CString>,
+    envp: Vec<CString>,
+}
+
+impl ExecImage {
+    /// `argv` is the whole argument vector, argv[0] included.
+    pub fn new(
+        program: &Path,
+        argv: &[OsString],
+        env: &[(OsString, OsString)],
+    ) -> Result<ExecImage, String> {
+        Ok(ExecImage {
+            program: c_string(program.as_os_str().as_bytes())?,
+            argv: argv
+                .iter()
+                .map(|a| c_string(a.as_bytes()))
+                .collect::<Result<_, _>>()?,
+            envp: env
+                .iter()
+                .map(|(k, v)| {
+                    let mut kv = k.as_bytes().to_vec();
+                    kv.push(b'=');
+                    kv.extend_from_slice(v.as_bytes());
+                    c_string(&kv)
+                })
+                .collect::<Result<_, _>>()?,
+        })
+    }
+
+    /// The null-terminated pointer arrays, valid while `self` lives. Build them before the
+    /// clone (they allocate); [`Execve::exec`] then only makes the system call.
+    pub fn execve(&self) -> Execve<'_> {
+        let pointers = |strings: &[CString]| {
+            strings
+                .iter()
+                .map(|s| s.as_ptr())
+                .chain(std::iter::once(std::ptr::null()))
+                .collect()
+        };
+        Execve {
+            program: &self.program,
+            argv: pointers(&self.argv),
+            envp: pointers(&self.envp),
+        }
+    }
+}
+
+/// An `execve` call ready to be made.
+pub struct Execve<'a> {
+    program: &'a CString,
+    argv: Vec<*const libc::c_char>,
+    envp: Vec<*const libc::c_char>,
+}
+
+impl Execve<'_> {
+    /// Replaces the calling process; returns only on failure, with errno set.
+    ///
+    /// # Safety
+    /// As for `execve`: meant for a child between clone (or fork) and exec.
+    pub unsafe fn exec(&self) {
+        libc::execve(
+            self.program.as_ptr(),
+            self.argv.as_ptr(),
+            self.envp.as_ptr(),
+        );
+    }
+}
+
+/// A pidfd for our own unreaped child: its pid cannot be reused meanwhile.
+pub fn open_pidfd(pid: libc::pid_t) -> io::Result<OwnedFd> {
+    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(unsafe { OwnedFd::from_raw_fd(fd as RawFd) })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::ffi::CString;
 
     fn wait(pid: libc::pid_t) -> i32 {
         let mut status = 0;
@@ -151,20 +239,18 @@ mod tests {
     fn spawn_returns_after_exec_with_the_child_setup_applied() {
         let dir = tempfile::tempdir().unwrap();
         let out = dir.path().join("out");
-        let program = CString::new("/bin/sh").unwrap();
-        let script = CString::new(format!(
+        let script = format!(
             "ulimit -n > '{}'; set -- $(cat /proc/$$/stat); echo $6 >> '{}'",
             out.display(),
             out.display()
-        ))
+        );
+        let image = ExecImage::new(
+            Path::new("/bin/sh"),
+            &["sh".into(), "-c".into(), script.into()],
+            &[],
+        )
         .unwrap();
-        let args = [
-            program.as_ptr(),
-            c"-c".as_ptr(),
-            script.as_ptr(),
-            std::ptr::null(),
-        ];
-        let env = [std::ptr::null::<libc::c_char>()];
+        let execve = image.execve();
         let mut exec_errno = 0;
         let pid = unsafe {
             spawn(&mut || {
@@ -175,7 +261,7 @@ mod tests {
                     rlim_max: 77,
                 };
                 libc::setrlimit(libc::RLIMIT_NOFILE, &limit);
-                libc::execve(program.as_ptr(), args.as_ptr(), env.as_ptr());
+                execve.exec();
                 exec_errno = *libc::__errno_location();
                 libc::_exit(127)
             })
@@ -202,15 +288,27 @@ mod tests {
     }
 
     #[test]
+    fn a_nul_inside_an_argument_is_bad_input() {
+        let e = ExecImage::new(Path::new("/bin/sh"), &["a\0b".into()], &[])
+            .err()
+            .expect("a NUL byte is refused");
+        assert!(e.contains("NUL"), "{e}");
+    }
+
+    #[test]
     fn a_failed_exec_is_seen_by_the_parent() {
-        let missing = CString::new("/nonexistent/chitti-vfork-test").unwrap();
-        let args = [missing.as_ptr(), std::ptr::null()];
-        let env = [std::ptr::null::<libc::c_char>()];
+        let image = ExecImage::new(
+            Path::new("/nonexistent/chitti-vfork-test"),
+            &["missing".into()],
+            &[],
+        )
+        .unwrap();
+        let execve = image.execve();
         let mut exec_errno = 0;
         let pid = unsafe {
             spawn(&mut || {
                 reset_signals();
-                libc::execve(missing.as_ptr(), args.as_ptr(), env.as_ptr());
+                execve.exec();
                 exec_errno = *libc::__errno_location();
                 libc::_exit(127)
             })
