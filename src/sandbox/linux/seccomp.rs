@@ -366,6 +366,7 @@ fn plain_deny_filter(numbers: &[i64]) -> Result<BpfProgram, SeccompError> {
     use seccompiler::sock_filter;
     const LD_W_ABS: u16 = 0x20;
     const JEQ_K: u16 = 0x15;
+    #[cfg(target_arch = "x86_64")]
     const JGE_K: u16 = 0x35;
     const RET_K: u16 = 0x06;
     const OFFSET_NR: u32 = 0;
@@ -388,8 +389,6 @@ fn plain_deny_filter(numbers: &[i64]) -> Result<BpfProgram, SeccompError> {
     // Layout after the comparisons: allow, deny, kill.
     #[cfg(target_arch = "x86_64")]
     p.push(insn(JGE_K, (n + 2) as u8, 0, 0x4000_0000));
-    #[cfg(not(target_arch = "x86_64"))]
-    let _ = JGE_K;
     for (i, nr) in numbers.iter().enumerate() {
         // From comparison i, the deny return is (n - i) instructions ahead.
         p.push(insn(JEQ_K, (n - i) as u8, 0, *nr as u32));
