@@ -1,5 +1,6 @@
 //! The Linux backends: bubblewrap, and Landlock + seccomp under chitti's supervisor.
 
+pub mod bpf;
 pub mod caps;
 pub mod direct;
 pub mod landlock;

@@ -3,12 +3,16 @@
 //! Several small filters instead of one: seccompiler gives each filter a single match
 //! action, and the kernel runs every installed filter and keeps the strictest verdict.
 //! Calls denied whatever their arguments go into a compact hand-assembled program (see
-//! [`plain_deny_filter`]); calls denied for some arguments only are left to seccompiler.
+//! [`plain_deny_filter`]); calls denied for some arguments only are left to seccompiler,
+//! behind a hand-assembled entry that lets every other call through at once (see
+//! [`compile`] and `bpf.rs` for why that matters to the cost of each sandboxed call).
 //! Every program starts with an architecture check, which kills a process that enters
 //! through another ABI (i386 `int 0x80`); on x86_64 the compact program also kills x32
 //! syscall numbers, which the architecture check alone does not catch.
 
 use std::collections::BTreeMap;
+
+use super::bpf::{Asm, JEQ_K, OFFSET_ARCH, OFFSET_NR};
 
 use seccompiler::{
     BpfProgram, SeccompAction, SeccompCmpArgLen as Len, SeccompCmpOp as Op, SeccompCondition,
@@ -146,11 +150,7 @@ fn mode_setting_calls() -> Vec<(i64, u8)> {
 const FCHMODAT2: i64 = 452;
 
 /// Calls answered with EPERM for some of their arguments.
-fn deny_filter(
-    network: bool,
-    shares_host: bool,
-    arch: TargetArch,
-) -> Result<BpfProgram, SeccompError> {
+fn deny_rules(network: bool, shares_host: bool) -> BTreeMap<i64, Vec<SeccompRule>> {
     let mut rules: BTreeMap<i64, Vec<SeccompRule>> = BTreeMap::new();
     if shares_host {
         // Without IPC and PID namespaces (landlock) the host's POSIX message queues and
@@ -298,29 +298,47 @@ fn deny_filter(
         rules.insert(libc::SYS_socket, socket_rules.clone());
         rules.insert(libc::SYS_socketpair, socket_rules);
     }
-
-    compile(rules, SeccompAction::Errno(libc::EPERM as u32), arch)
+    rules
 }
 
 /// Calls answered with ENOSYS, so that libc falls back to a call the deny filter checks.
-fn enosys_filter(arch: TargetArch) -> Result<BpfProgram, SeccompError> {
-    let mut rules: BTreeMap<i64, Vec<SeccompRule>> = BTreeMap::new();
+fn enosys_rules() -> BTreeMap<i64, Vec<SeccompRule>> {
     // clone3 and openat2 take their flags through a pointer that seccomp cannot read.
-    rules.insert(libc::SYS_clone3, vec![]);
-    rules.insert(libc::SYS_openat2, vec![]);
-    compile(rules, SeccompAction::Errno(libc::ENOSYS as u32), arch)
+    BTreeMap::from([(libc::SYS_clone3, vec![]), (libc::SYS_openat2, vec![])])
 }
 
+/// seccompiler's program for `rules`, behind an entry that checks the architecture and
+/// sends only the calls that have rules into it, by binary search; every other call is
+/// allowed there (seccompiler's own answer for them), in a few instructions instead of a
+/// walk past every rule.
 fn compile(
     rules: BTreeMap<i64, Vec<SeccompRule>>,
     on_match: SeccompAction,
     arch: TargetArch,
 ) -> Result<BpfProgram, SeccompError> {
+    let numbers: Vec<u32> = rules.keys().map(|nr| *nr as u32).collect();
     let filter = SeccompFilter::new(rules, SeccompAction::Allow, on_match, arch)
         .map_err(|e| SeccompError(e.to_string()))?;
-    filter
+    let inner: BpfProgram = filter
         .try_into()
-        .map_err(|e: seccompiler::BackendError| SeccompError(e.to_string()))
+        .map_err(|e: seccompiler::BackendError| SeccompError(e.to_string()))?;
+
+    let mut asm = Asm::default();
+    let (native, kill, allow, ruled) = (asm.label(), asm.label(), asm.label(), asm.label());
+    asm.load(OFFSET_ARCH);
+    asm.jump(JEQ_K, AUDIT_ARCH, native, kill);
+    asm.bind(native);
+    asm.load(OFFSET_NR);
+    asm.dispatch(&numbers, ruled, allow);
+    asm.bind(allow);
+    asm.ret(libc::SECCOMP_RET_ALLOW);
+    asm.bind(kill);
+    asm.ret(libc::SECCOMP_RET_KILL_PROCESS);
+    asm.bind(ruled);
+    for insn in inner {
+        asm.raw(insn);
+    }
+    asm.finish().map_err(SeccompError)
 }
 
 /// Calls refused with EPERM whatever their arguments.
@@ -356,52 +374,33 @@ const AUDIT_ARCH: u32 = 0xc000_00f3;
 )))]
 const AUDIT_ARCH: u32 = 0;
 
-/// The unconditional denials as one compact program: seccompiler spends five
-/// instructions on each call, and the kernel's cost of installing a filter (translation
-/// and JIT, on every sandboxed call) grows with its length. This one spends one: check
-/// the architecture (another ABI, such as i386 `int 0x80`, kills the process), on x86_64
-/// kill x32 syscall numbers (`nr | 0x40000000`, which the architecture check lets
-/// through), then compare the number against each denied call.
+/// The unconditional denials as one compact program: check the architecture (another
+/// ABI, such as i386 `int 0x80`, kills the process), on x86_64 kill x32 syscall numbers
+/// (`nr | 0x40000000`, which the architecture check lets through), then find the number
+/// among the denied calls by binary search. seccompiler would spend five instructions
+/// per call in one long chain.
 fn plain_deny_filter(numbers: &[i64]) -> Result<BpfProgram, SeccompError> {
-    use seccompiler::sock_filter;
-    const LD_W_ABS: u16 = 0x20;
-    const JEQ_K: u16 = 0x15;
+    let numbers: Vec<u32> = numbers.iter().map(|nr| *nr as u32).collect();
+    let mut asm = Asm::default();
+    let (native, allow, deny, kill) = (asm.label(), asm.label(), asm.label(), asm.label());
+    asm.load(OFFSET_ARCH);
+    asm.jump(JEQ_K, AUDIT_ARCH, native, kill);
+    asm.bind(native);
+    asm.load(OFFSET_NR);
     #[cfg(target_arch = "x86_64")]
-    const JGE_K: u16 = 0x35;
-    const RET_K: u16 = 0x06;
-    const OFFSET_NR: u32 = 0;
-    const OFFSET_ARCH: u32 = 4;
-    // Jump offsets are 8 bits: every comparison must reach the shared "deny" return.
-    if numbers.len() > 250 {
-        return Err(SeccompError(format!(
-            "{} plainly denied calls do not fit one compact filter",
-            numbers.len()
-        )));
+    {
+        let plain = asm.label();
+        asm.jump(super::bpf::JGE_K, 0x4000_0000, kill, plain);
+        asm.bind(plain);
     }
-    let insn = |code, jt, jf, k| sock_filter { code, jt, jf, k };
-    let mut p = vec![
-        insn(LD_W_ABS, 0, 0, OFFSET_ARCH),
-        insn(JEQ_K, 1, 0, AUDIT_ARCH),
-        insn(RET_K, 0, 0, libc::SECCOMP_RET_KILL_PROCESS),
-        insn(LD_W_ABS, 0, 0, OFFSET_NR),
-    ];
-    let n = numbers.len();
-    // Layout after the comparisons: allow, deny, kill.
-    #[cfg(target_arch = "x86_64")]
-    p.push(insn(JGE_K, (n + 2) as u8, 0, 0x4000_0000));
-    for (i, nr) in numbers.iter().enumerate() {
-        // From comparison i, the deny return is (n - i) instructions ahead.
-        p.push(insn(JEQ_K, (n - i) as u8, 0, *nr as u32));
-    }
-    p.push(insn(RET_K, 0, 0, libc::SECCOMP_RET_ALLOW));
-    p.push(insn(
-        RET_K,
-        0,
-        0,
-        libc::SECCOMP_RET_ERRNO | libc::EPERM as u32,
-    ));
-    p.push(insn(RET_K, 0, 0, libc::SECCOMP_RET_KILL_PROCESS));
-    Ok(p)
+    asm.dispatch(&numbers, deny, allow);
+    asm.bind(allow);
+    asm.ret(libc::SECCOMP_RET_ALLOW);
+    asm.bind(deny);
+    asm.ret(libc::SECCOMP_RET_ERRNO | libc::EPERM as u32);
+    asm.bind(kill);
+    asm.ret(libc::SECCOMP_RET_KILL_PROCESS);
+    asm.finish().map_err(SeccompError)
 }
 
 /// Every filter the sandbox installs, in installation order. `shares_host` is true for
@@ -415,8 +414,16 @@ pub fn programs(network: bool, shares_host: bool) -> Result<Vec<BpfProgram>, Sec
     })?;
     Ok(vec![
         plain_deny_filter(&plainly_denied(network, shares_host))?,
-        deny_filter(network, shares_host, arch)?,
-        enosys_filter(arch)?,
+        compile(
+            deny_rules(network, shares_host),
+            SeccompAction::Errno(libc::EPERM as u32),
+            arch,
+        )?,
+        compile(
+            enosys_rules(),
+            SeccompAction::Errno(libc::ENOSYS as u32),
+            arch,
+        )?,
     ])
 }
 
@@ -464,21 +471,31 @@ mod tests {
         }
     }
 
-    /// Runs a classic BPF program of the instructions the compact filter uses.
-    fn run(program: &BpfProgram, arch: u32, nr: u32) -> u32 {
-        let mut pc = 0;
-        let mut acc = 0u32;
-        loop {
-            let i = &program[pc];
-            pc += 1;
-            match i.code {
-                0x20 => acc = if i.k == 4 { arch } else { nr },
-                0x15 => pc += if acc == i.k { i.jt } else { i.jf } as usize,
-                0x35 => pc += if acc >= i.k { i.jt } else { i.jf } as usize,
-                0x06 => return i.k,
-                other => panic!("unexpected instruction {other:#x}"),
-            }
+    use crate::sandbox::linux::bpf;
+
+    fn data(arch: u32, nr: u32, args: [u64; 6]) -> [u32; 16] {
+        let mut d = [0u32; 16];
+        d[0] = nr;
+        d[1] = arch;
+        for (i, a) in args.iter().enumerate() {
+            d[4 + 2 * i] = *a as u32;
+            d[5 + 2 * i] = (*a >> 32) as u32;
         }
+        d
+    }
+
+    fn run(program: &BpfProgram, arch: u32, nr: u32) -> u32 {
+        bpf::run(program, &data(arch, nr, [0; 6])).0
+    }
+
+    /// The longest walk the kernel's action cache takes through `program` for a call
+    /// without rules (for the others it stops at the first look at an argument).
+    fn longest_walk(program: &BpfProgram, ruled: &[i64]) -> usize {
+        (0..512)
+            .filter(|nr| !ruled.contains(&(*nr as i64)))
+            .map(|nr| bpf::run(program, &data(AUDIT_ARCH, nr, [0; 6])).1)
+            .max()
+            .unwrap()
     }
 
     #[test]
@@ -488,8 +505,9 @@ mod tests {
             let denied = plainly_denied(network, shares_host);
             let program = plain_deny_filter(&denied).unwrap();
             assert!(
-                program.len() < denied.len() + 10,
-                "one instruction per call"
+                longest_walk(&program, &[]) <= 14,
+                "a search, not a chain: {} steps",
+                longest_walk(&program, &[])
             );
             for nr in 0..512u32 {
                 let expected = if denied.contains(&(nr as i64)) {
@@ -514,8 +532,81 @@ mod tests {
             assert_eq!(sockets.iter().all(|n| denied.contains(n)), !network);
             assert_eq!(denied.contains(&libc::SYS_shmget), shares_host);
         }
-        let too_many: Vec<i64> = (0..251).collect();
+        let too_many: Vec<i64> = (0..600).collect();
         assert!(plain_deny_filter(&too_many).is_err());
+    }
+
+    /// Argument values that the rules look at, and some they do not.
+    #[allow(clippy::unnecessary_cast)] // ioctl request types differ between libcs
+    fn interesting_args() -> Vec<u64> {
+        let mut v = vec![0, 1, 2, u64::MAX, 0xffff_ffff, 0x1_0000_0000];
+        v.extend([libc::TIOCSTI, libc::TIOCLINUX].map(|x| x as u64));
+        v.extend([libc::AF_UNIX, libc::AF_INET, libc::AF_INET6].map(|x| x as u64));
+        v.extend(
+            [
+                libc::SOCK_STREAM,
+                libc::SOCK_DGRAM,
+                libc::SOCK_SEQPACKET,
+                libc::SOCK_RAW,
+            ]
+            .map(|x| x as u64),
+        );
+        v.extend([libc::O_CREAT, libc::O_CREAT | libc::O_WRONLY].map(|x| x as u64));
+        v.extend([libc::S_ISUID, libc::S_ISGID, libc::S_IWOTH, 0o755, 0o4755].map(|x| x as u64));
+        v.extend([libc::CLONE_NEWUSER, libc::CLONE_NEWNS, libc::SIGCHLD].map(|x| x as u64));
+        v
+    }
+
+    #[test]
+    fn the_entry_in_front_of_seccompiler_changes_no_verdict() {
+        let values = interesting_args();
+        let arch = ARCH.unwrap();
+        let mut rule_sets = vec![];
+        for (network, shares_host) in [(false, false), (true, false), (false, true), (true, true)] {
+            rule_sets.push((deny_rules(network, shares_host), SeccompAction::Errno(1)));
+        }
+        rule_sets.push((enosys_rules(), SeccompAction::Errno(libc::ENOSYS as u32)));
+        for (rules, action) in rule_sets {
+            let plain: BpfProgram =
+                SeccompFilter::new(rules.clone(), SeccompAction::Allow, action.clone(), arch)
+                    .unwrap()
+                    .try_into()
+                    .unwrap();
+            let fronted = compile(rules.clone(), action, arch).unwrap();
+            let ruled: Vec<i64> = rules.keys().copied().collect();
+            let walk = longest_walk(&fronted, &ruled);
+            assert!(walk <= 12, "{walk} steps");
+            let mut checked = 0;
+            for nr in (0..512u32).chain([0x4000_0000 | libc::SYS_ioctl as u32]) {
+                // Calls with rules get every combination of interesting values in their
+                // first four arguments; the others one set (they look at none).
+                let combos: Vec<[u64; 6]> = if rules.contains_key(&(nr as i64)) {
+                    let mut c = vec![];
+                    for a in &values {
+                        for b in &values {
+                            c.push([*a, *b, *b, *b, 0, 0]);
+                            c.push([*a, *b, *a, *b, 0, 0]);
+                            c.push([*a, *a, *a, *b, 0, 0]);
+                        }
+                    }
+                    c
+                } else {
+                    vec![[0; 6], [u64::MAX; 6]]
+                };
+                for args in combos {
+                    for arch in [AUDIT_ARCH, 0x4000_0003] {
+                        let d = data(arch, nr, args);
+                        assert_eq!(
+                            bpf::run(&fronted, &d).0,
+                            bpf::run(&plain, &d).0,
+                            "syscall {nr}, arch {arch:#x}, args {args:?}"
+                        );
+                        checked += 1;
+                    }
+                }
+            }
+            assert!(checked > 1000);
+        }
     }
 
     #[test]
