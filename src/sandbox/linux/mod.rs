@@ -72,7 +72,7 @@ fn prepare_bwrap(
     let mut seccomp_fds = Vec::new();
     let programs = seccomp::programs(policy.network, false)
         .map_err(|e| SandboxError::Unavailable(e.to_string()))?;
-    for program in &programs {
+    for program in programs {
         let (read, write) = pipe()?;
         // A few KiB: fits in the pipe buffer, so the write never blocks.
         std::fs::File::from(write)

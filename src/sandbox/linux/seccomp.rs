@@ -11,6 +11,7 @@
 //! syscall numbers, which the architecture check alone does not catch.
 
 use std::collections::BTreeMap;
+use std::sync::OnceLock;
 
 use super::bpf::{Asm, JEQ_K, OFFSET_ARCH, OFFSET_NR};
 
@@ -404,8 +405,17 @@ fn plain_deny_filter(numbers: &[i64]) -> Result<BpfProgram, SeccompError> {
 }
 
 /// Every filter the sandbox installs, in installation order. `shares_host` is true for
-/// backends without IPC and PID namespaces (landlock).
-pub fn programs(network: bool, shares_host: bool) -> Result<Vec<BpfProgram>, SeccompError> {
+/// backends without IPC and PID namespaces (landlock). Built once per process: a
+/// long-lived session (chat, mcp) installs the same programs on every call.
+pub fn programs(network: bool, shares_host: bool) -> Result<&'static [BpfProgram], SeccompError> {
+    static BUILT: [OnceLock<Result<Vec<BpfProgram>, String>>; 4] = [const { OnceLock::new() }; 4];
+    BUILT[usize::from(network) * 2 + usize::from(shares_host)]
+        .get_or_init(|| build(network, shares_host).map_err(|e| e.0))
+        .as_deref()
+        .map_err(|e| SeccompError(e.clone()))
+}
+
+fn build(network: bool, shares_host: bool) -> Result<Vec<BpfProgram>, SeccompError> {
     let arch = ARCH.ok_or_else(|| {
         SeccompError(format!(
             "no seccomp filter for the {} architecture",
@@ -464,7 +474,7 @@ mod tests {
         for (network, shares_host) in [(false, false), (true, false), (false, true), (true, true)] {
             let programs = programs(network, shares_host).unwrap();
             assert!(programs.len() >= 2);
-            for p in &programs {
+            for p in programs {
                 assert!(!p.is_empty());
                 assert_eq!(to_bytes(p).len(), p.len() * 8);
             }
