@@ -225,7 +225,12 @@ fn seccomp_available() -> bool {
 /// Runs bwrap with the isolation chitti asks for and a trivial command. Returns bwrap's
 /// error text on failure.
 pub fn probe_bwrap(bwrap: &Path) -> Result<(), String> {
-    let out = std::process::Command::new(bwrap)
+    let mut cmd = std::process::Command::new(bwrap);
+    // bwrap names its child, so that chitti reaps it instead of leaving it to PID 1.
+    #[cfg(target_os = "linux")]
+    let named = crate::sandbox::linux::bwrap_init::name_child(&mut cmd)
+        .map_err(|e| format!("cannot create a pipe: {e}"))?;
+    let out = cmd
         .args([
             "--unshare-user",
             "--disable-userns",
@@ -254,6 +259,8 @@ pub fn probe_bwrap(bwrap: &Path) -> Result<(), String> {
         .stderr(std::process::Stdio::piped())
         .output()
         .map_err(|e| format!("cannot run {}: {e}", bwrap.display()))?;
+    #[cfg(target_os = "linux")]
+    crate::sandbox::linux::bwrap_init::reap_after(named);
     if out.status.success() {
         Ok(())
     } else {

@@ -1,6 +1,7 @@
 //! The Linux backends: bubblewrap, and Landlock + seccomp under chitti's supervisor.
 
 pub mod bpf;
+pub mod bwrap_init;
 pub mod caps;
 pub mod direct;
 pub mod landlock;
@@ -83,11 +84,15 @@ fn prepare_bwrap(
         seccomp_fds.push(read.as_raw_fd());
         pass_fds.push(read);
     }
+    // bwrap names its child on this descriptor, so that chitti can reap it afterwards.
+    let (status_read, status_write) = pipe()?;
     let call = bwrap::CallArgs {
         cwd: cwd.to_path_buf(),
         seccomp_fds,
-        status_fd: None,
+        status_fd: Some(status_write.as_raw_fd()),
     };
+    pass_fds.push(status_write);
+    bwrap_init::adopt_orphans();
     // Mounts cannot protect a file that does not exist yet: check after the call.
     let absent =
         protect::Snapshot::take(&[], &[], &policy.absent).map_err(SandboxError::Unavailable)?;
@@ -95,6 +100,9 @@ fn prepare_bwrap(
     if !absent.is_empty() {
         after.push(Box::new(absent));
     }
+    after.push(Box::new(bwrap_init::ReapBwrapInit {
+        status: status_read,
+    }));
     Ok(Prepared {
         backend: Backend::Bwrap,
         launch: Launch::Command {
