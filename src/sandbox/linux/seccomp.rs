@@ -13,7 +13,7 @@
 use std::collections::BTreeMap;
 use std::sync::OnceLock;
 
-use super::bpf::{Asm, JEQ_K, OFFSET_ARCH, OFFSET_NR};
+use super::bpf::{Asm, Label, JEQ_K, OFFSET_ARCH, OFFSET_NR};
 
 use seccompiler::{
     BpfProgram, SeccompAction, SeccompCmpArgLen as Len, SeccompCmpOp as Op, SeccompCondition,
@@ -308,6 +308,16 @@ fn enosys_rules() -> BTreeMap<i64, Vec<SeccompRule>> {
     BTreeMap::from([(libc::SYS_clone3, vec![]), (libc::SYS_openat2, vec![])])
 }
 
+/// The start of every hand-assembled program: a call through another ABI (i386
+/// `int 0x80`) goes to `kill`; otherwise the syscall number is loaded.
+fn load_native_nr(asm: &mut Asm, kill: Label) {
+    let native = asm.label();
+    asm.load(OFFSET_ARCH);
+    asm.jump(JEQ_K, AUDIT_ARCH, native, kill);
+    asm.bind(native);
+    asm.load(OFFSET_NR);
+}
+
 /// seccompiler's program for `rules`, behind an entry that checks the architecture and
 /// sends only the calls that have rules into it, by binary search; every other call is
 /// allowed there (seccompiler's own answer for them), in a few instructions instead of a
@@ -325,11 +335,8 @@ fn compile(
         .map_err(|e: seccompiler::BackendError| SeccompError(e.to_string()))?;
 
     let mut asm = Asm::default();
-    let (native, kill, allow, ruled) = (asm.label(), asm.label(), asm.label(), asm.label());
-    asm.load(OFFSET_ARCH);
-    asm.jump(JEQ_K, AUDIT_ARCH, native, kill);
-    asm.bind(native);
-    asm.load(OFFSET_NR);
+    let (kill, allow, ruled) = (asm.label(), asm.label(), asm.label());
+    load_native_nr(&mut asm, kill);
     asm.dispatch(&numbers, ruled, allow);
     asm.bind(allow);
     asm.ret(libc::SECCOMP_RET_ALLOW);
@@ -383,11 +390,8 @@ const AUDIT_ARCH: u32 = 0;
 fn plain_deny_filter(numbers: &[i64]) -> Result<BpfProgram, SeccompError> {
     let numbers: Vec<u32> = numbers.iter().map(|nr| *nr as u32).collect();
     let mut asm = Asm::default();
-    let (native, allow, deny, kill) = (asm.label(), asm.label(), asm.label(), asm.label());
-    asm.load(OFFSET_ARCH);
-    asm.jump(JEQ_K, AUDIT_ARCH, native, kill);
-    asm.bind(native);
-    asm.load(OFFSET_NR);
+    let (allow, deny, kill) = (asm.label(), asm.label(), asm.label());
+    load_native_nr(&mut asm, kill);
     #[cfg(target_arch = "x86_64")]
     {
         let plain = asm.label();
