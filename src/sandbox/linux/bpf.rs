@@ -127,32 +127,33 @@ impl Asm {
         Ok(out)
     }
 
-    /// With the syscall number in the accumulator: jumps to `member` if it is one of
-    /// `numbers` (sorted, without duplicates), to `other` if not, by binary search.
-    pub fn dispatch(&mut self, numbers: &[u32], member: Label, other: Label) {
+    /// With the syscall number in the accumulator: jumps to the label paired with it in
+    /// `table` (sorted by number, without duplicates), to `other` if it is not there, by
+    /// binary search.
+    pub fn dispatch(&mut self, table: &[(u32, Label)], other: Label) {
         const LEAF: usize = 3;
-        if numbers.len() <= LEAF {
-            for (i, nr) in numbers.iter().enumerate() {
-                if i + 1 == numbers.len() {
-                    self.jump(JEQ_K, *nr, member, other);
+        if table.len() <= LEAF {
+            for (i, &(nr, target)) in table.iter().enumerate() {
+                if i + 1 == table.len() {
+                    self.jump(JEQ_K, nr, target, other);
                 } else {
                     let next = self.label();
-                    self.jump(JEQ_K, *nr, member, next);
+                    self.jump(JEQ_K, nr, target, next);
                     self.bind(next);
                 }
             }
-            if numbers.is_empty() {
+            if table.is_empty() {
                 self.goto(other);
             }
             return;
         }
-        let mid = numbers.len() / 2;
+        let mid = table.len() / 2;
         let (low, high) = (self.label(), self.label());
-        self.jump(JGE_K, numbers[mid], high, low);
+        self.jump(JGE_K, table[mid].0, high, low);
         self.bind(low);
-        self.dispatch(&numbers[..mid], member, other);
+        self.dispatch(&table[..mid], other);
         self.bind(high);
-        self.dispatch(&numbers[mid..], member, other);
+        self.dispatch(&table[mid..], other);
     }
 }
 
@@ -201,26 +202,32 @@ mod tests {
     }
 
     #[test]
-    fn dispatch_finds_members_in_few_steps() {
+    fn dispatch_finds_each_number_s_label_in_few_steps() {
         for len in [0usize, 1, 2, 3, 4, 7, 20, 64, 100] {
-            let numbers: Vec<u32> = (0..len as u32).map(|i| i * 3 + 1).collect();
             let mut asm = Asm::default();
-            let (yes, no) = (asm.label(), asm.label());
+            let other = asm.label();
+            // Three outcomes, assigned round-robin, so that neighbours differ.
+            let outcomes = [asm.label(), asm.label(), asm.label()];
+            let table: Vec<(u32, Label)> = (0..len)
+                .map(|i| (i as u32 * 3 + 1, outcomes[i % 3]))
+                .collect();
             asm.load(OFFSET_NR);
-            asm.dispatch(&numbers, yes, no);
-            asm.bind(no);
+            asm.dispatch(&table, other);
+            asm.bind(other);
             asm.ret(0);
-            asm.bind(yes);
-            asm.ret(1);
+            for (i, outcome) in outcomes.into_iter().enumerate() {
+                asm.bind(outcome);
+                asm.ret(i as u32 + 1);
+            }
             let program = asm.finish().unwrap();
             let depth = (usize::BITS - len.leading_zeros()) as usize;
             for nr in 0..400 {
                 let (verdict, steps) = run(&program, &data(0, nr));
-                assert_eq!(
-                    verdict == 1,
-                    numbers.contains(&nr),
-                    "{len} numbers, nr {nr}"
-                );
+                let expected = table
+                    .iter()
+                    .position(|(n, _)| *n == nr)
+                    .map_or(0, |i| i as u32 % 3 + 1);
+                assert_eq!(verdict, expected, "{len} numbers, nr {nr}");
                 assert!(steps <= depth + 5, "{steps} steps for {len} numbers");
             }
         }

@@ -71,19 +71,15 @@ fn prepare_bwrap(
 
     let mut pass_fds = Vec::new();
     let mut seccomp_fds = Vec::new();
-    let programs = seccomp::programs(policy.network, false)
+    let program = seccomp::program(policy.network, false)
         .map_err(|e| SandboxError::Unavailable(e.to_string()))?;
-    for program in programs {
-        let (read, write) = pipe()?;
-        // A few KiB: fits in the pipe buffer, so the write never blocks.
-        std::fs::File::from(write)
-            .write_all(&seccomp::to_bytes(program))
-            .map_err(|e| {
-                SandboxError::Unavailable(format!("cannot pass the seccomp filter: {e}"))
-            })?;
-        seccomp_fds.push(read.as_raw_fd());
-        pass_fds.push(read);
-    }
+    let (read, write) = pipe()?;
+    // A few KiB: fits in the pipe buffer, so the write never blocks.
+    std::fs::File::from(write)
+        .write_all(&seccomp::to_bytes(program))
+        .map_err(|e| SandboxError::Unavailable(format!("cannot pass the seccomp filter: {e}")))?;
+    seccomp_fds.push(read.as_raw_fd());
+    pass_fds.push(read);
     // bwrap names its child on this descriptor, so that chitti can reap it afterwards.
     let (status_read, status_write) = pipe()?;
     let call = bwrap::CallArgs {
@@ -171,7 +167,7 @@ fn prepare_supervised(
             landlock: fd.ok_or_else(|| {
                 SandboxError::Unavailable("landlock: the kernel returned no ruleset".into())
             })?,
-            seccomp: seccomp::programs(policy.network, true)
+            seccomp: seccomp::program(policy.network, true)
                 .map_err(|e| SandboxError::Unavailable(e.to_string()))?,
             last_cap: caps::last_cap(),
         })

@@ -51,7 +51,7 @@ pub enum Report {
 /// The restrictions the command applies to itself.
 pub struct Restrictions {
     pub landlock: OwnedFd,
-    pub seccomp: &'static [seccompiler::BpfProgram],
+    pub seccomp: &'static seccompiler::BpfProgram,
     pub last_cap: u32,
 }
 
@@ -357,10 +357,8 @@ unsafe fn command_main(spec: &LaunchSpec, execve: &Execve, step: RawFd, fds: Fds
             fail(b"landlock_restrict_self", last_error());
         }
         libc::close(ruleset);
-        for filter in r.seccomp {
-            if seccompiler::apply_filter(filter).is_err() {
-                fail(b"installing seccomp", last_error());
-            }
+        if seccompiler::apply_filter(r.seccomp).is_err() {
+            fail(b"installing seccomp", last_error());
         }
     }
     execve.exec();
