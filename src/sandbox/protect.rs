@@ -426,7 +426,7 @@ mod tests {
         std::fs::write(git.join("config"), "[core]\n").unwrap();
         std::fs::write(git.join("HEAD"), "ref: refs/heads/main\n").unwrap();
         let snap = Snapshot::take(
-            &[git.clone()],
+            std::slice::from_ref(&git),
             &[git.join("hooks"), git.join("config")],
             &[git.join("commondir")],
         )
