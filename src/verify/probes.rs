@@ -137,7 +137,8 @@ pub async fn writes(lab: &Lab, out: &mut Vec<Check>) {
     let r = run(
         lab,
         &format!(
-            "echo x > /tmp/{m}-tmp 2>/dev/null; echo x > \"$TMPDIR/{m}-tmpdir\" && cat \"$TMPDIR/{m}-tmpdir\" >/dev/null && echo tmpdir-ok",
+            // Without a TMPDIR (an unsandboxed run) the file would land in `/`.
+            "echo x > /tmp/{m}-tmp 2>/dev/null; [ -n \"$TMPDIR\" ] && echo x > \"$TMPDIR/{m}-tmpdir\" && cat \"$TMPDIR/{m}-tmpdir\" >/dev/null && echo tmpdir-ok",
             m = lab.marker
         ),
     )
