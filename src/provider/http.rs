@@ -94,6 +94,8 @@ impl ProviderError {
 }
 
 pub fn client(options: &HttpOptions) -> Result<reqwest::Client, ProviderError> {
+    // The process-wide TLS crypto provider. An error means one is installed already.
+    let _ = rustls::crypto::ring::default_provider().install_default();
     reqwest::Client::builder()
         .connect_timeout(options.idle_timeout.min(Duration::from_secs(30)))
         .read_timeout(options.idle_timeout)
@@ -386,6 +388,29 @@ mod tests {
         let body = r#"{"error": {"code": 429, "details": [{"@type": "type.googleapis.com/google.rpc.RetryInfo", "retryDelay": "7s"}]}}"#;
         assert_eq!(gemini_retry_delay(body), Some(Duration::from_secs(7)));
         assert_eq!(gemini_retry_delay("{}"), None);
+    }
+
+    /// The client has a TLS crypto provider (reqwest is built without one) and opens an
+    /// HTTPS connection with a TLS ClientHello, observed by the listener.
+    #[tokio::test]
+    async fn https_requests_start_a_tls_handshake() {
+        use std::io::Read;
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let server = std::thread::spawn(move || {
+            let (mut conn, _) = listener.accept().unwrap();
+            let mut head = [0u8; 3];
+            conn.read_exact(&mut head).unwrap();
+            head
+        });
+        let client = client(&HttpOptions::default()).unwrap();
+        let sent = client
+            .get(format!("https://127.0.0.1:{port}/"))
+            .send()
+            .await;
+        assert!(sent.is_err(), "the listener never answers the handshake");
+        // A TLS record of type handshake (22), protocol major version 3.
+        assert_eq!(server.join().unwrap()[..2], [22, 3]);
     }
 
     #[test]
