@@ -94,8 +94,6 @@ impl ProviderError {
 }
 
 pub fn client(options: &HttpOptions) -> Result<reqwest::Client, ProviderError> {
-    // The process-wide TLS crypto provider. An error means one is installed already.
-    let _ = rustls::crypto::ring::default_provider().install_default();
     reqwest::Client::builder()
         .connect_timeout(options.idle_timeout.min(Duration::from_secs(30)))
         .read_timeout(options.idle_timeout)
@@ -390,8 +388,8 @@ mod tests {
         assert_eq!(gemini_retry_delay("{}"), None);
     }
 
-    /// The client has a TLS crypto provider (reqwest is built without one) and opens an
-    /// HTTPS connection with a TLS ClientHello, observed by the listener.
+    /// The client is built with TLS: an HTTPS request opens with a TLS ClientHello,
+    /// observed by the listener.
     #[tokio::test]
     async fn https_requests_start_a_tls_handshake() {
         use std::io::Read;
