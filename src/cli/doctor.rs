@@ -11,7 +11,7 @@ pub fn run(as_json: bool) -> i32 {
         .map(|d| d.state)
         .unwrap_or_else(|_| std::env::temp_dir());
     // Doctor always probes for real, and refreshes the cache `auto` relies on.
-    let bwrap_probe = match (&caps.bwrap, caps.bwrap_static_blocker()) {
+    let bwrap_probe = match (caps.bwrap(), caps.bwrap_static_blocker()) {
         (_, Some(why)) => Err(why),
         (Some(b), None) => {
             let cache = capabilities::ProbeCache::new(&state_dir, &b.path);
@@ -31,21 +31,21 @@ pub fn run(as_json: bool) -> i32 {
         let report = json!({
             "os": caps.os,
             "arch": caps.arch,
-            "kernel": caps.kernel,
-            "running_as_root": caps.running_as_root,
+            "kernel": caps.kernel(),
+            "running_as_root": caps.running_as_root(),
             "bwrap": {
-                "path": caps.bwrap.as_ref().map(|b| b.path.display().to_string()),
-                "setuid": caps.bwrap.as_ref().map(|b| b.setuid),
+                "path": caps.bwrap().map(|b| b.path.display().to_string()),
+                "setuid": caps.bwrap().map(|b| b.setuid),
                 "usable": bwrap_probe.is_ok(),
                 "blocker": bwrap_probe.as_ref().err(),
             },
-            "user_namespaces": caps.user_namespaces,
+            "user_namespaces": caps.user_namespaces(),
             "landlock": {
-                "abi": caps.landlock_abi.as_ref().ok(),
+                "abi": caps.landlock_abi().ok(),
                 "usable": landlock.is_none(),
                 "blocker": landlock,
             },
-            "seccomp": caps.seccomp,
+            "seccomp": caps.seccomp(),
             "auto": match &selection {
                 Ok(s) => json!({"backend": s.backend.name(), "reason": s.reason}),
                 Err(e) => json!({"backend": null, "reason": e.to_string()}),
@@ -66,10 +66,10 @@ pub fn run(as_json: bool) -> i32 {
         "  system            {} {} (kernel {})",
         caps.os,
         caps.arch,
-        caps.kernel.as_deref().unwrap_or("?")
+        caps.kernel().unwrap_or("?")
     );
-    say!("  running as root   {}", yes_no(caps.running_as_root));
-    match &caps.bwrap {
+    say!("  running as root   {}", yes_no(caps.running_as_root()));
+    match caps.bwrap() {
         Some(b) => say!(
             "  bubblewrap        {}{}",
             b.path.display(),
@@ -77,7 +77,7 @@ pub fn run(as_json: bool) -> i32 {
         ),
         None => say!("  bubblewrap        not installed"),
     }
-    let ns = &caps.user_namespaces;
+    let ns = caps.user_namespaces();
     let show = |v: Option<bool>| match v {
         Some(true) => "1",
         Some(false) => "0",
@@ -92,11 +92,11 @@ pub fn run(as_json: bool) -> i32 {
         show(ns.unprivileged_userns_clone),
         show(ns.apparmor_restrict_unprivileged_userns),
     );
-    match &caps.landlock_abi {
+    match caps.landlock_abi() {
         Ok(v) => say!("  landlock          ABI {v}"),
         Err(e) => say!("  landlock          unavailable: {e}"),
     }
-    say!("  seccomp           {}", yes_no(caps.seccomp));
+    say!("  seccomp           {}", yes_no(caps.seccomp()));
     say!();
     match &bwrap_probe {
         Ok(()) => say!("  backend bwrap     usable (probed: namespaces, seccomp, cap drop)"),

@@ -1,27 +1,24 @@
-//! What this machine can enforce, detected once per process.
+//! What this machine can enforce, detected once per process, fact by fact.
 //!
-//! Cheap facts (sysctls, the Landlock ABI, where bwrap is) are read at first use. Whether
-//! bwrap really works (AppArmor, containers, seccomp-less kernels) is only known by
-//! running it; that probe's result is cached on disk per boot and bwrap binary, so a CLI
-//! call does not pay for it every time.
+//! Cheap facts (sysctls, the Landlock ABI, where bwrap is) are read at first use, so a
+//! call that names its backend reads only what that backend depends on. Whether bwrap
+//! really works (AppArmor, containers, seccomp-less kernels) is only known by running it;
+//! that probe's result is cached on disk per boot and bwrap binary, so a CLI call does not
+//! pay for it every time.
 
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
 use serde::Serialize;
 
-#[derive(Debug, Clone, Serialize)]
 pub struct Capabilities {
     pub os: &'static str,
     pub arch: &'static str,
-    pub kernel: Option<String>,
-    pub running_as_root: bool,
-    pub bwrap: Option<BwrapInfo>,
-    pub user_namespaces: UsernsInfo,
-    /// The kernel's Landlock ABI, or why there is none.
-    pub landlock_abi: Result<i32, String>,
-    pub seccomp: bool,
-    pub seccomp_arch_supported: bool,
+    kernel: OnceLock<Option<String>>,
+    bwrap: OnceLock<Option<BwrapInfo>>,
+    user_namespaces: OnceLock<UsernsInfo>,
+    landlock_abi: OnceLock<Result<i32, String>>,
+    seccomp: OnceLock<bool>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -45,43 +42,79 @@ fn read_sysctl(path: &str) -> Option<u64> {
 }
 
 impl Capabilities {
-    /// The cached detection for this process.
+    /// This process's facts, each detected at its first use.
     pub fn get() -> &'static Capabilities {
-        static CAPS: OnceLock<Capabilities> = OnceLock::new();
-        CAPS.get_or_init(Capabilities::detect)
+        static CAPS: Capabilities = Capabilities::undetected();
+        &CAPS
     }
 
-    fn detect() -> Capabilities {
-        let bwrap = which::which("bwrap").ok().map(|path| {
-            use std::os::unix::fs::PermissionsExt;
-            let setuid = std::fs::metadata(&path)
-                .map(|m| m.permissions().mode() & 0o4000 != 0)
-                .unwrap_or(false);
-            BwrapInfo { path, setuid }
-        });
+    const fn undetected() -> Capabilities {
         Capabilities {
             os: std::env::consts::OS,
             arch: std::env::consts::ARCH,
-            kernel: nix::sys::utsname::uname()
-                .ok()
-                .map(|u| u.release().to_string_lossy().into_owned()),
-            running_as_root: nix::unistd::geteuid().is_root(),
-            bwrap,
-            user_namespaces: UsernsInfo {
-                max_user_namespaces: read_sysctl("/proc/sys/user/max_user_namespaces"),
-                unprivileged_userns_clone: read_sysctl(
-                    "/proc/sys/kernel/unprivileged_userns_clone",
-                )
-                .map(|v| v != 0),
-                apparmor_restrict_unprivileged_userns: read_sysctl(
-                    "/proc/sys/kernel/apparmor_restrict_unprivileged_userns",
-                )
-                .map(|v| v != 0),
-            },
-            landlock_abi: landlock_abi(),
-            seccomp: seccomp_available(),
-            seccomp_arch_supported: seccomp_arch_supported(),
+            kernel: OnceLock::new(),
+            bwrap: OnceLock::new(),
+            user_namespaces: OnceLock::new(),
+            landlock_abi: OnceLock::new(),
+            seccomp: OnceLock::new(),
         }
+    }
+
+    pub fn kernel(&self) -> Option<&str> {
+        self.kernel
+            .get_or_init(|| {
+                nix::sys::utsname::uname()
+                    .ok()
+                    .map(|u| u.release().to_string_lossy().into_owned())
+            })
+            .as_deref()
+    }
+
+    pub fn running_as_root(&self) -> bool {
+        nix::unistd::geteuid().is_root()
+    }
+
+    pub fn bwrap(&self) -> Option<&BwrapInfo> {
+        self.bwrap
+            .get_or_init(|| {
+                which::which("bwrap").ok().map(|path| {
+                    use std::os::unix::fs::PermissionsExt;
+                    let setuid = std::fs::metadata(&path)
+                        .map(|m| m.permissions().mode() & 0o4000 != 0)
+                        .unwrap_or(false);
+                    BwrapInfo { path, setuid }
+                })
+            })
+            .as_ref()
+    }
+
+    pub fn user_namespaces(&self) -> &UsernsInfo {
+        self.user_namespaces.get_or_init(|| UsernsInfo {
+            max_user_namespaces: read_sysctl("/proc/sys/user/max_user_namespaces"),
+            unprivileged_userns_clone: read_sysctl("/proc/sys/kernel/unprivileged_userns_clone")
+                .map(|v| v != 0),
+            apparmor_restrict_unprivileged_userns: read_sysctl(
+                "/proc/sys/kernel/apparmor_restrict_unprivileged_userns",
+            )
+            .map(|v| v != 0),
+        })
+    }
+
+    /// The kernel's Landlock ABI, or why there is none.
+    pub fn landlock_abi(&self) -> Result<i32, &str> {
+        self.landlock_abi
+            .get_or_init(landlock_abi)
+            .as_ref()
+            .map(|v| *v)
+            .map_err(String::as_str)
+    }
+
+    pub fn seccomp(&self) -> bool {
+        *self.seccomp.get_or_init(seccomp_available)
+    }
+
+    pub fn seccomp_arch_supported(&self) -> bool {
+        seccomp_arch_supported()
     }
 
     /// Why bwrap cannot work here, judged from static facts, with the fix.
@@ -89,7 +122,7 @@ impl Capabilities {
         if self.os != "linux" {
             return Some("bubblewrap is a Linux tool".into());
         }
-        let Some(bwrap) = &self.bwrap else {
+        let Some(bwrap) = self.bwrap() else {
             return Some(
                 "bubblewrap is not installed: install it (`sudo apt-get install bubblewrap`, \
                  `sudo dnf install bubblewrap`)"
@@ -99,10 +132,10 @@ impl Capabilities {
         if let Some(why) = self.seccomp_blocker() {
             return Some(why);
         }
-        if bwrap.setuid || self.running_as_root {
+        if bwrap.setuid || self.running_as_root() {
             return None;
         }
-        let ns = &self.user_namespaces;
+        let ns = self.user_namespaces();
         if ns.max_user_namespaces == Some(0) {
             return Some(
                 "user namespaces are disabled (user.max_user_namespaces = 0): run \
@@ -133,13 +166,13 @@ impl Capabilities {
         if self.os != "linux" {
             return Some("seccomp is a Linux feature".into());
         }
-        if !self.seccomp_arch_supported {
+        if !self.seccomp_arch_supported() {
             return Some(format!(
                 "chitti has no seccomp filter for the {} architecture",
                 self.arch
             ));
         }
-        if !self.seccomp {
+        if !self.seccomp() {
             return Some(
                 "this kernel has no seccomp filter support (CONFIG_SECCOMP_FILTER)".into(),
             );
@@ -154,7 +187,10 @@ impl Capabilities {
         if let Some(why) = self.seccomp_blocker() {
             return Some(why);
         }
-        landlock_blocker()
+        match self.landlock_abi() {
+            Err(why) => Some(why.to_string()),
+            Ok(abi) => landlock_abi_blocker(abi),
+        }
     }
 
     pub fn seatbelt_blocker(&self) -> Option<String> {
@@ -182,12 +218,12 @@ fn landlock_abi() -> Result<i32, String> {
 }
 
 #[cfg(target_os = "linux")]
-fn landlock_blocker() -> Option<String> {
-    crate::sandbox::linux::landlock::blocker()
+fn landlock_abi_blocker(abi: i32) -> Option<String> {
+    crate::sandbox::linux::landlock::abi_blocker(abi)
 }
 
 #[cfg(not(target_os = "linux"))]
-fn landlock_blocker() -> Option<String> {
+fn landlock_abi_blocker(_abi: i32) -> Option<String> {
     Some("Landlock is a Linux feature".into())
 }
 
@@ -307,5 +343,34 @@ impl ProbeCache {
 
     pub fn forget(&self) {
         let _ = std::fs::remove_file(&self.path);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sandbox::{select, Backend, BackendChoice};
+
+    /// A call that names the landlock backend reads only what Landlock depends on: where
+    /// bwrap is and how user namespaces are configured stay undetected.
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn an_explicit_landlock_backend_detects_only_what_it_needs() {
+        let caps = Capabilities::undetected();
+        let state = tempfile::tempdir().unwrap();
+        let selected = select(BackendChoice::Landlock, &caps, state.path());
+        if let Ok(s) = &selected {
+            assert_eq!(s.backend, Backend::Landlock);
+        }
+        assert!(caps.landlock_abi.get().is_some());
+        assert!(caps.seccomp.get().is_some());
+        assert!(caps.bwrap.get().is_none(), "bwrap was looked up");
+        assert!(caps.user_namespaces.get().is_none(), "sysctls were read");
+        assert!(caps.kernel.get().is_none(), "uname was called");
+
+        // Auto selection does look for bwrap first.
+        let caps = Capabilities::undetected();
+        let _ = select(BackendChoice::Auto, &caps, state.path());
+        assert!(caps.bwrap.get().is_some());
     }
 }

@@ -151,11 +151,7 @@ fn bwrap_usable(caps: &Capabilities, state_dir: &Path) -> Result<(), String> {
     if let Some(why) = caps.bwrap_static_blocker() {
         return Err(why);
     }
-    let bwrap = &caps
-        .bwrap
-        .as_ref()
-        .expect("checked by the static blocker")
-        .path;
+    let bwrap = &caps.bwrap().expect("checked by the static blocker").path;
     let cache = capabilities::ProbeCache::new(state_dir, bwrap);
     if cache.holds() {
         return Ok(());

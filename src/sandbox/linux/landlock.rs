@@ -104,14 +104,12 @@ pub fn kernel_abi() -> Result<i32, String> {
 }
 
 /// Why the landlock backend cannot enforce chitti's guarantees here, if it cannot.
-pub fn blocker() -> Option<String> {
-    match kernel_abi() {
-        Err(e) => Some(e),
-        Ok(v) if v < PINNED_ABI_NUMBER => Some(format!(
-            "kernel Landlock ABI {v} is older than {PINNED_ABI_NUMBER} (Linux 6.12): it cannot keep \
-             signals and abstract unix sockets inside the sandbox; install bubblewrap or upgrade \
-             the kernel"
-        )),
-        Ok(_) => None,
-    }
+pub fn abi_blocker(abi: i32) -> Option<String> {
+    (abi < PINNED_ABI_NUMBER).then(|| {
+        format!(
+            "kernel Landlock ABI {abi} is older than {PINNED_ABI_NUMBER} (Linux 6.12): it cannot \
+             keep signals and abstract unix sockets inside the sandbox; install bubblewrap or \
+             upgrade the kernel"
+        )
+    })
 }

@@ -50,8 +50,7 @@ fn prepare_bwrap(
     cwd: &Path,
 ) -> Result<Prepared, SandboxError> {
     let bwrap = Capabilities::get()
-        .bwrap
-        .as_ref()
+        .bwrap()
         .ok_or_else(|| SandboxError::Unavailable("bubblewrap is not installed".into()))?
         .path
         .clone();
