@@ -13,12 +13,19 @@ use seccompiler::sock_filter;
 pub const LD_W_ABS: u16 = 0x20;
 pub const JEQ_K: u16 = 0x15;
 pub const JGE_K: u16 = 0x35;
+pub const JSET_K: u16 = 0x45;
+pub const AND_K: u16 = 0x54;
 pub const JA: u16 = 0x05;
 pub const RET_K: u16 = 0x06;
 
 /// Offsets into `struct seccomp_data`.
 pub const OFFSET_NR: u32 = 0;
 pub const OFFSET_ARCH: u32 = 4;
+/// The low half of argument `i` on a little-endian machine (every architecture chitti
+/// has a filter for).
+pub const fn offset_arg_low(i: u8) -> u32 {
+    16 + 8 * i as u32
+}
 
 /// A position in the program, bound once; jumps may only go forward (a BPF rule).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -69,6 +76,16 @@ impl Asm {
             jt: 0,
             jf: 0,
             k: action,
+        });
+    }
+
+    /// `acc &= k`.
+    pub fn and(&mut self, k: u32) {
+        self.raw(sock_filter {
+            code: AND_K,
+            jt: 0,
+            jf: 0,
+            k,
         });
     }
 
@@ -174,16 +191,16 @@ pub fn run(program: &[sock_filter], data: &[u32; 16]) -> (u32, usize) {
             0x61 => x = mem[i.k as usize],   // ldx M[k]
             0x02 => mem[i.k as usize] = acc, // st M[k]
             0x03 => mem[i.k as usize] = x,   // stx M[k]
-            0x54 => acc &= i.k,              // and #k
-            0x5c => acc &= x,                // and x
-            0x87 => acc = x,                 // txa
-            0x07 => x = acc,                 // tax
+            AND_K => acc &= i.k,
+            0x5c => acc &= x, // and x
+            0x87 => acc = x,  // txa
+            0x07 => x = acc,  // tax
             JA => pc += i.k as usize,
             JEQ_K => pc += jump(acc == i.k),
             JGE_K => pc += jump(acc >= i.k),
-            0x25 => pc += jump(acc > i.k),      // jgt #k
-            0x45 => pc += jump(acc & i.k != 0), // jset #k
-            0x1d => pc += jump(acc == x),       // jeq x
+            0x25 => pc += jump(acc > i.k), // jgt #k
+            JSET_K => pc += jump(acc & i.k != 0),
+            0x1d => pc += jump(acc == x), // jeq x
             RET_K => return (i.k, steps),
             other => panic!("instruction {other:#x} is not interpreted"),
         }
