@@ -346,16 +346,15 @@ impl ProbeCache {
     }
 }
 
-#[cfg(test)]
+#[cfg(all(test, target_os = "linux"))]
 mod tests {
     use super::*;
-    use crate::sandbox::{select, Backend, BackendChoice};
 
     /// A call that names the landlock backend reads only what Landlock depends on: where
     /// bwrap is and how user namespaces are configured stay undetected.
-    #[cfg(target_os = "linux")]
     #[test]
     fn an_explicit_landlock_backend_detects_only_what_it_needs() {
+        use crate::sandbox::{select, Backend, BackendChoice};
         let caps = Capabilities::undetected();
         let state = tempfile::tempdir().unwrap();
         let selected = select(BackendChoice::Landlock, &caps, state.path());
