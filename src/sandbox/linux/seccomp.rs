@@ -327,6 +327,9 @@ const AUDIT_ARCH: u32 = 0xc000_00f3;
 )))]
 const AUDIT_ARCH: u32 = 0;
 
+const RET_EPERM: u32 = libc::SECCOMP_RET_ERRNO | libc::EPERM as u32;
+const RET_ENOSYS: u32 = libc::SECCOMP_RET_ERRNO | libc::ENOSYS as u32;
+
 /// What the filter does with a syscall it has an answer for.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 enum Answer {
@@ -363,9 +366,7 @@ fn filter(network: bool, shares_host: bool) -> Result<BpfProgram, SeccompError> 
     // One block of argument checks per distinct list of rules.
     let mut blocks: BTreeMap<&Vec<Rule>, Label> = BTreeMap::new();
     for list in rules.values() {
-        if !blocks.contains_key(list) {
-            blocks.insert(list, asm.label());
-        }
+        blocks.entry(list).or_insert_with(|| asm.label());
     }
     let native = asm.label();
     asm.load(OFFSET_ARCH);
@@ -393,9 +394,9 @@ fn filter(network: bool, shares_host: bool) -> Result<BpfProgram, SeccompError> 
     asm.bind(allow);
     asm.ret(libc::SECCOMP_RET_ALLOW);
     asm.bind(eperm);
-    asm.ret(libc::SECCOMP_RET_ERRNO | libc::EPERM as u32);
+    asm.ret(RET_EPERM);
     asm.bind(enosys);
-    asm.ret(libc::SECCOMP_RET_ERRNO | libc::ENOSYS as u32);
+    asm.ret(RET_ENOSYS);
     asm.bind(kill);
     asm.ret(libc::SECCOMP_RET_KILL_PROCESS);
     for (list, label) in blocks {
@@ -424,7 +425,7 @@ fn emit_rules(asm: &mut Asm, rules: &[Rule]) {
             }
             asm.bind(holds);
         }
-        asm.ret(libc::SECCOMP_RET_ERRNO | libc::EPERM as u32);
+        asm.ret(RET_EPERM);
         asm.bind(next_rule);
     }
     asm.ret(libc::SECCOMP_RET_ALLOW);
@@ -437,7 +438,7 @@ pub fn program(network: bool, shares_host: bool) -> Result<&'static BpfProgram, 
     static BUILT: [OnceLock<Result<BpfProgram, String>>; 4] = [const { OnceLock::new() }; 4];
     BUILT[usize::from(network) * 2 + usize::from(shares_host)]
         .get_or_init(|| {
-            if ARCH.is_none() {
+            if !arch_supported() {
                 return Err(format!(
                     "no seccomp filter for the {} architecture",
                     std::env::consts::ARCH
@@ -489,8 +490,7 @@ mod tests {
     const SETTINGS: [(bool, bool); 4] =
         [(false, false), (true, false), (false, true), (true, true)];
     const I386: u32 = 0x4000_0003;
-    const EPERM: u32 = libc::SECCOMP_RET_ERRNO | libc::EPERM as u32;
-    const ENOSYS: u32 = libc::SECCOMP_RET_ERRNO | libc::ENOSYS as u32;
+    use super::{RET_ENOSYS as ENOSYS, RET_EPERM as EPERM};
 
     #[test]
     fn the_program_builds_for_every_setting() {
