@@ -23,7 +23,7 @@ case "${1:-}" in
 esac
 
 scripts/install-deps.sh hyperfine time
-cargo build --release --locked --quiet
+built=$(scripts/build-chitti.sh --release --locked --quiet)
 runs=${BENCH_RUNS:-30}
 calls=${BENCH_MCP_CALLS:-200}
 
@@ -36,7 +36,7 @@ trap 'rm -rf "$ws" "$peers" "$bin" "$out" "$out.time"' EXIT
 # Measure a copy, as `cargo install` would place it: the file the linker has just written
 # started 0.1-0.2 ms slower here than a byte-identical copy, until the page cache was
 # dropped (how the linker's writes left it cached). Everything else measured is installed.
-cp "${CARGO_TARGET_DIR:-target}/release/chitti" "$bin/chitti"
+cp "$built" "$bin/chitti"
 chitti=$bin/chitti
 
 if $with_peers; then

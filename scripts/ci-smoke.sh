@@ -5,8 +5,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-cargo build --release --locked --quiet
-chitti=$PWD/target/release/chitti
+chitti=$(scripts/build-chitti.sh --release --locked --quiet)
 fail() { echo "ci-smoke: FAIL: $*" >&2; exit 1; }
 pass() { echo "ci-smoke: ok: $*"; }
 

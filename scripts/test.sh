@@ -9,6 +9,7 @@ scripts/install-deps.sh
 
 echo "== build"
 cargo build --workspace --all-targets --locked
+chitti=$(scripts/build-chitti.sh --locked --quiet)
 
 # Fixtures live outside /tmp: bwrap gives the sandbox a private /tmp, which would hide
 # them for the wrong reason (or hide the whole checkout when it is cloned under /tmp).
@@ -46,7 +47,7 @@ for line in sys.stdin:
         print(msg["executable"])
 ' > "$stage/tests.txt"
 mkdir -p "$stage/bin" "$stage/tmp"
-cp target/debug/chitti "$stage/bin/chitti"
+cp "$chitti" "$stage/bin/chitti"
 while read -r exe; do cp "$exe" "$stage/bin/"; done < "$stage/tests.txt"
 chmod 755 "$stage"
 chown -R "$user:$user" "$stage/tmp"

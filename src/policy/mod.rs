@@ -39,12 +39,7 @@ impl ChittiDirs {
         let home = std::env::var_os("HOME")
             .filter(|h| !h.is_empty())
             .map(PathBuf::from)
-            .or_else(|| {
-                nix::unistd::User::from_uid(nix::unistd::getuid())
-                    .ok()
-                    .flatten()
-                    .map(|u| u.dir)
-            })
+            .or_else(home_from_passwd)
             .ok_or_else(|| {
                 PolicyError::Path("cannot tell the home directory: set HOME".to_string())
             })?;
@@ -64,6 +59,15 @@ impl ChittiDirs {
     pub fn user_profiles(&self) -> PathBuf {
         self.config.join("profiles")
     }
+}
+
+/// The calling user's home directory from the user database (glibc's NSS; on Linux it is
+/// linked statically, which has the `files` source built in: see .cargo/config.toml).
+fn home_from_passwd() -> Option<PathBuf> {
+    nix::unistd::User::from_uid(nix::unistd::getuid())
+        .ok()
+        .flatten()
+        .map(|u| u.dir)
 }
 
 /// What the caller asks for, on top of the profile.
@@ -360,6 +364,23 @@ mod tests {
             &dirs_in(home),
             Vec::new(),
         )
+    }
+
+    /// Without HOME, the home directory comes from the user database. Checked against
+    /// /etc/passwd read directly, which proves that the statically linked lookup works.
+    #[test]
+    fn home_without_home_variable_comes_from_passwd() {
+        let uid = nix::unistd::getuid().as_raw().to_string();
+        let passwd = std::fs::read_to_string("/etc/passwd").unwrap();
+        let entry = passwd.lines().find_map(|line| {
+            let fields: Vec<&str> = line.split(':').collect();
+            (fields.len() == 7 && fields[2] == uid).then(|| PathBuf::from(fields[5]))
+        });
+        let Some(expected) = entry else {
+            eprintln!("SKIP: uid {uid} has no /etc/passwd entry (another NSS source holds it)");
+            return;
+        };
+        assert_eq!(home_from_passwd(), Some(expected));
     }
 
     #[test]

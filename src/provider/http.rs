@@ -388,19 +388,37 @@ mod tests {
         assert_eq!(gemini_retry_delay("{}"), None);
     }
 
+    /// A listener on 127.0.0.1 and a thread that returns the first N bytes of the first
+    /// connection, or None when nothing connects within 10 s.
+    fn first_bytes_received<const N: usize>() -> (u16, std::thread::JoinHandle<Option<[u8; N]>>) {
+        use std::io::Read;
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        listener.set_nonblocking(true).unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let server = std::thread::spawn(move || {
+            let deadline = std::time::Instant::now() + Duration::from_secs(10);
+            let mut conn = loop {
+                match listener.accept() {
+                    Ok((conn, _)) => break conn,
+                    Err(_) if std::time::Instant::now() < deadline => {
+                        std::thread::sleep(Duration::from_millis(10))
+                    }
+                    Err(_) => return None,
+                }
+            };
+            conn.set_nonblocking(false).unwrap();
+            let mut head = [0u8; N];
+            conn.read_exact(&mut head).ok()?;
+            Some(head)
+        });
+        (port, server)
+    }
+
     /// The client is built with TLS: an HTTPS request opens with a TLS ClientHello,
     /// observed by the listener.
     #[tokio::test]
     async fn https_requests_start_a_tls_handshake() {
-        use std::io::Read;
-        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        let port = listener.local_addr().unwrap().port();
-        let server = std::thread::spawn(move || {
-            let (mut conn, _) = listener.accept().unwrap();
-            let mut head = [0u8; 3];
-            conn.read_exact(&mut head).unwrap();
-            head
-        });
+        let (port, server) = first_bytes_received::<2>();
         let client = client(&HttpOptions::default()).unwrap();
         let sent = client
             .get(format!("https://127.0.0.1:{port}/"))
@@ -408,7 +426,21 @@ mod tests {
             .await;
         assert!(sent.is_err(), "the listener never answers the handshake");
         // A TLS record of type handshake (22), protocol major version 3.
-        assert_eq!(server.join().unwrap()[..2], [22, 3]);
+        assert_eq!(server.join().unwrap(), Some([22, 3]));
+    }
+
+    /// Host names go through the system resolver (on Linux, glibc linked statically: see
+    /// .cargo/config.toml): `localhost`, from /etc/hosts, reaches a listener on 127.0.0.1.
+    #[tokio::test]
+    async fn host_names_are_resolved() {
+        let (port, server) = first_bytes_received::<14>();
+        let client = client(&HttpOptions::default()).unwrap();
+        let sent = client
+            .post(format!("http://localhost:{port}/v1/chat/completions"))
+            .send()
+            .await;
+        assert!(sent.is_err(), "the listener never answers");
+        assert_eq!(server.join().unwrap().as_ref(), Some(b"POST /v1/chat/"));
     }
 
     #[test]

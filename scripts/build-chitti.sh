@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# Builds chitti with `cargo build ARGS...` and prints the path of the chitti binary.
+# The path is cargo's to say: .cargo/config.toml names the build target, so binaries
+# land in target/<host tuple>/, and CARGO_TARGET_DIR or CARGO_BUILD_TARGET move them.
+# Usage: chitti=$(scripts/build-chitti.sh --release --locked)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+cargo build --bin chitti "$@" --message-format=json-render-diagnostics | python3 -c '
+import json, sys
+paths = [m["executable"] for m in map(json.loads, sys.stdin)
+         if m.get("reason") == "compiler-artifact" and m["target"]["name"] == "chitti"
+         and m.get("executable")]
+if len(paths) != 1:
+    sys.exit("build-chitti: cargo reported %d chitti binaries: %r" % (len(paths), paths))
+print(paths[0])
+'
