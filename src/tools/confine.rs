@@ -786,7 +786,7 @@ mod tests {
                 while !stop.load(std::sync::atomic::Ordering::Relaxed) {
                     let tmp = ws.join(format!("tmp-{i}"));
                     // Inside: a relative link (absolute ones are never followed).
-                    let to = if i % 2 == 0 {
+                    let to = if i.is_multiple_of(2) {
                         outside.clone()
                     } else {
                         PathBuf::from("real")
