@@ -1,13 +1,14 @@
 //! chitti: a command-line agent whose every shell call runs inside an OS-native sandbox.
 //!
 //! Layers, top to bottom (arrows only point down): `cli` → `agent`/`mcp` → `tools` →
-//! `exec` → `sandbox` → `policy`.
+//! `exec` → `sandbox` → `policy`. `name_service` is a leaf that `policy` and `provider` use.
 
 pub mod agent;
 pub mod cli;
 pub mod config;
 pub mod exec;
 pub mod mcp;
+pub mod name_service;
 pub mod policy;
 pub mod provider;
 pub mod sandbox;

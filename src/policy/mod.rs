@@ -61,9 +61,10 @@ impl ChittiDirs {
     }
 }
 
-/// The calling user's home directory from the user database (glibc's NSS; on Linux it is
-/// linked statically, which has the `files` source built in: see .cargo/config.toml).
+/// The calling user's home directory from the user database (/etc/passwd in a static
+/// build: see `name_service`).
 fn home_from_passwd() -> Option<PathBuf> {
+    crate::name_service::builtin_sources_only();
     nix::unistd::User::from_uid(nix::unistd::getuid())
         .ok()
         .flatten()

@@ -94,6 +94,7 @@ impl ProviderError {
 }
 
 pub fn client(options: &HttpOptions) -> Result<reqwest::Client, ProviderError> {
+    crate::name_service::builtin_sources_only();
     reqwest::Client::builder()
         .connect_timeout(options.idle_timeout.min(Duration::from_secs(30)))
         .read_timeout(options.idle_timeout)
