@@ -4,7 +4,7 @@ use std::path::Path;
 
 use landlock::{
     make_bitflags, Access, AccessFs, BitFlags, CompatLevel, Compatible, PathBeneath, PathFd,
-    Ruleset, RulesetAttr, RulesetCreated, RulesetCreatedAttr, Scope, ABI,
+    PathFdError, Ruleset, RulesetAttr, RulesetCreated, RulesetCreatedAttr, Scope, ABI,
 };
 
 use crate::sandbox::landlock_rules::{Grant, Rule};
@@ -53,7 +53,12 @@ pub fn build(rules: &[Rule]) -> Result<RulesetCreated, LandlockError> {
             Grant::Device => (false, device_rw_access()),
             Grant::Write => (true, AccessFs::from_all(PINNED_ABI)),
         };
-        ruleset = add(ruleset, &rule.path, is_dir, access)?;
+        // The read allow-list names the siblings of every directory on the way to a hidden
+        // path, listed moments ago; one of them may be gone by now (another program
+        // removed it). A rule that only allows reading can be left out then: without it
+        // the path is denied, the safe side. A writable root must exist.
+        let optional = !matches!(rule.grant, Grant::Write);
+        ruleset = add(ruleset, &rule.path, is_dir, access, optional)?;
     }
     Ok(ruleset)
 }
@@ -63,9 +68,22 @@ fn add(
     path: &Path,
     is_dir: bool,
     access: BitFlags<AccessFs>,
+    optional: bool,
 ) -> Result<RulesetCreated, LandlockError> {
-    let fd = PathFd::new(path)
-        .map_err(|e| LandlockError(format!("cannot open {}: {e}", path.display())))?;
+    let fd = match PathFd::new(path) {
+        Ok(fd) => fd,
+        Err(PathFdError::OpenCall { source, .. })
+            if optional && source.kind() == std::io::ErrorKind::NotFound =>
+        {
+            return Ok(ruleset)
+        }
+        Err(e) => {
+            return Err(LandlockError(format!(
+                "cannot open {}: {e}",
+                path.display()
+            )))
+        }
+    };
     let access = if is_dir {
         access
     } else {
@@ -112,4 +130,57 @@ pub fn abi_blocker(abi: i32) -> Option<String> {
              upgrade the kernel"
         )
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn landlock_here() -> bool {
+        match kernel_abi() {
+            Ok(abi) if abi >= PINNED_ABI_NUMBER => true,
+            found => {
+                eprintln!(
+                    "SKIP: Landlock ABI {PINNED_ABI_NUMBER} is not available here ({found:?})"
+                );
+                false
+            }
+        }
+    }
+
+    fn rule(path: &Path, grant: Grant) -> Rule {
+        Rule {
+            path: path.to_path_buf(),
+            grant,
+        }
+    }
+
+    /// A directory listed while planning and removed before the ruleset is built (another
+    /// program's temporary directory, say) costs its read rule, not the whole call.
+    #[test]
+    fn a_read_rule_for_a_vanished_path_is_left_out() {
+        if !landlock_here() {
+            return;
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let gone = dir.path().join("gone");
+        for grant in [Grant::List, Grant::ReadTree, Grant::ReadFile, Grant::Device] {
+            let rules = [rule(dir.path(), Grant::Write), rule(&gone, grant)];
+            assert!(build(&rules).is_ok(), "{grant:?}");
+        }
+    }
+
+    #[test]
+    fn a_missing_writable_root_is_an_error() {
+        if !landlock_here() {
+            return;
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let gone = dir.path().join("gone");
+        let message = build(&[rule(&gone, Grant::Write)])
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(message.contains("gone"), "{message}");
+    }
 }
