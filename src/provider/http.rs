@@ -389,9 +389,12 @@ mod tests {
         assert_eq!(gemini_retry_delay("{}"), None);
     }
 
-    /// A listener on 127.0.0.1 and a thread that returns the first N bytes of the first
-    /// connection, or None when nothing connects within 10 s.
-    fn first_bytes_received<const N: usize>() -> (u16, std::thread::JoinHandle<Option<[u8; N]>>) {
+    /// Sends the request `build` makes (given a client and a port) to a listener on
+    /// 127.0.0.1 that never answers, and returns the first N bytes the listener received,
+    /// or None when nothing connected within 10 s.
+    async fn first_bytes_of<const N: usize>(
+        build: impl FnOnce(&reqwest::Client, u16) -> reqwest::RequestBuilder,
+    ) -> Option<[u8; N]> {
         use std::io::Read;
         let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         listener.set_nonblocking(true).unwrap();
@@ -412,36 +415,29 @@ mod tests {
             conn.read_exact(&mut head).ok()?;
             Some(head)
         });
-        (port, server)
+        let client = client(&HttpOptions::default()).unwrap();
+        let sent = build(&client, port).send().await;
+        assert!(sent.is_err(), "the listener never answers");
+        server.join().unwrap()
     }
 
     /// The client is built with TLS: an HTTPS request opens with a TLS ClientHello,
     /// observed by the listener.
     #[tokio::test]
     async fn https_requests_start_a_tls_handshake() {
-        let (port, server) = first_bytes_received::<2>();
-        let client = client(&HttpOptions::default()).unwrap();
-        let sent = client
-            .get(format!("https://127.0.0.1:{port}/"))
-            .send()
-            .await;
-        assert!(sent.is_err(), "the listener never answers the handshake");
+        let head = first_bytes_of::<2>(|c, port| c.get(format!("https://127.0.0.1:{port}/")));
         // A TLS record of type handshake (22), protocol major version 3.
-        assert_eq!(server.join().unwrap(), Some([22, 3]));
+        assert_eq!(head.await, Some([22, 3]));
     }
 
     /// Host names go through the system resolver (on Linux, glibc linked statically: see
     /// .cargo/config.toml): `localhost`, from /etc/hosts, reaches a listener on 127.0.0.1.
     #[tokio::test]
     async fn host_names_are_resolved() {
-        let (port, server) = first_bytes_received::<14>();
-        let client = client(&HttpOptions::default()).unwrap();
-        let sent = client
-            .post(format!("http://localhost:{port}/v1/chat/completions"))
-            .send()
-            .await;
-        assert!(sent.is_err(), "the listener never answers");
-        assert_eq!(server.join().unwrap().as_ref(), Some(b"POST /v1/chat/"));
+        let head = first_bytes_of::<14>(|c, port| {
+            c.post(format!("http://localhost:{port}/v1/chat/completions"))
+        });
+        assert_eq!(head.await.as_ref(), Some(b"POST /v1/chat/"));
     }
 
     #[test]

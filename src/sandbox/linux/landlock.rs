@@ -137,12 +137,10 @@ mod tests {
     use super::*;
 
     fn landlock_here() -> bool {
-        match kernel_abi() {
-            Ok(abi) if abi >= PINNED_ABI_NUMBER => true,
-            found => {
-                eprintln!(
-                    "SKIP: Landlock ABI {PINNED_ABI_NUMBER} is not available here ({found:?})"
-                );
+        match kernel_abi().map_or_else(Some, abi_blocker) {
+            None => true,
+            Some(why) => {
+                eprintln!("SKIP: {why}");
                 false
             }
         }
