@@ -83,6 +83,7 @@ on_both_backends!(
     malformed_profile_is_125,
     unknown_profile_key_is_125,
     no_command_is_125,
+    bad_flag_is_125,
     // 9. --json
     json_reports_every_field,
     json_keeps_head_and_tail_of_large_output,
@@ -1148,6 +1149,19 @@ fn no_command_is_125(backend: &str) {
     let ran = fx.chitti(backend).run_without_command();
     assert_eq!(ran.code, Some(125), "{ran}");
     assert!(ran.stderr.contains("no command"), "{ran}");
+}
+
+/// A mistyped flag is chitti's refusal, not the command's exit status 2.
+fn bad_flag_is_125(backend: &str) {
+    let fx = Fixture::new();
+    for (opts, named) in [
+        (["--tiemout", "5"], "--tiemout"),
+        (["--timeout", "0"], "--timeout"),
+    ] {
+        let (chitti, sentinel, script) = with_sentinel(&fx, backend);
+        let ran = chitti.opts(&opts).sh(&script);
+        assert_setup_error(&ran, &sentinel, &[named]);
+    }
 }
 
 // ---------------------------------------------------------------------------------------
