@@ -49,6 +49,17 @@ if $with_peers; then
     export PATH="$peers/node_modules/.bin:$PATH"
 fi
 
+# The function order build.rs gives the linker goes stale when the compiler or Cargo.lock
+# changes (its names carry hashes): say how much of it this binary still matches.
+if [ -s scripts/startup-order.txt ] && command -v nm >/dev/null; then
+    listed=$(wc -l <scripts/startup-order.txt)
+    present=$(nm --defined-only "$chitti" | awk '{print $3}' | sort -u |
+        comm -12 - <(sort -u scripts/startup-order.txt) | wc -l)
+    echo "startup function order: $present of $listed listed functions are in this binary" \
+        "(scripts/startup-order.sh regenerates the list)"
+    echo
+fi
+
 # Warm the bwrap probe cache so that it is not part of the measurement.
 "$chitti" doctor >/dev/null || true
 
