@@ -16,6 +16,10 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#ifndef __x86_64__
+#error "startup-trace reads the x86_64 instruction pointer"
+#endif
+
 // The address range of the traced binary's mappings in the first process.
 static unsigned long image_start, image_end;
 
@@ -100,11 +104,7 @@ int main(int argc, char **argv) {
             // A step, a fork event, or a new child's first stop.
             struct user_regs_struct regs;
             if (event == 0 && ptrace(PTRACE_GETREGS, pid, 0, &regs) == 0) {
-#if defined(__x86_64__)
                 unsigned long ip = regs.rip;
-#else
-#error "startup-trace: only x86_64 is supported"
-#endif
                 if (ip >= image_start && ip < image_end) {
                     unsigned long offset = ip - image_start;
                     if (!(seen[offset / 8] & (1 << (offset % 8)))) {

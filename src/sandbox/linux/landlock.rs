@@ -136,14 +136,16 @@ pub fn abi_blocker(abi: i32) -> Option<String> {
 mod tests {
     use super::*;
 
-    fn landlock_here() -> bool {
-        match kernel_abi().map_or_else(Some, abi_blocker) {
-            None => true,
-            Some(why) => {
-                eprintln!("SKIP: {why}");
-                false
-            }
+    /// A temporary directory and a path in it that does not exist; None, after saying
+    /// SKIP, where this kernel's Landlock cannot be used.
+    fn missing_path_where_landlock_works() -> Option<(tempfile::TempDir, std::path::PathBuf)> {
+        if let Some(why) = kernel_abi().map_or_else(Some, abi_blocker) {
+            eprintln!("SKIP: {why}");
+            return None;
         }
+        let dir = tempfile::tempdir().unwrap();
+        let gone = dir.path().join("gone");
+        Some((dir, gone))
     }
 
     fn rule(path: &Path, grant: Grant) -> Rule {
@@ -157,11 +159,9 @@ mod tests {
     /// program's temporary directory, say) costs its read rule, not the whole call.
     #[test]
     fn a_read_rule_for_a_vanished_path_is_left_out() {
-        if !landlock_here() {
+        let Some((dir, gone)) = missing_path_where_landlock_works() else {
             return;
-        }
-        let dir = tempfile::tempdir().unwrap();
-        let gone = dir.path().join("gone");
+        };
         for grant in [Grant::List, Grant::ReadTree, Grant::ReadFile, Grant::Device] {
             let rules = [rule(dir.path(), Grant::Write), rule(&gone, grant)];
             assert!(build(&rules).is_ok(), "{grant:?}");
@@ -170,11 +170,9 @@ mod tests {
 
     #[test]
     fn a_missing_writable_root_is_an_error() {
-        if !landlock_here() {
+        let Some((_dir, gone)) = missing_path_where_landlock_works() else {
             return;
-        }
-        let dir = tempfile::tempdir().unwrap();
-        let gone = dir.path().join("gone");
+        };
         let message = build(&[rule(&gone, Grant::Write)])
             .err()
             .unwrap()
