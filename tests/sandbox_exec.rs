@@ -49,6 +49,8 @@ on_both_backends!(
     git_dir_rename_attack_is_undone,
     git_commondir_redirect_does_not_reach_host_git,
     git_embedded_repo_config_does_not_run_on_host_status,
+    git_embedded_repo_hidden_by_split_index_or_nesting_does_not_run_on_host_status,
+    git_gitlink_symlink_does_not_make_chitti_touch_outside_repos,
     git_protection_survives_sigkill_of_chitti,
     // 3. credentials and devices
     credentials_are_unreadable,
@@ -432,6 +434,72 @@ fn git_embedded_repo_config_does_not_run_on_host_status(backend: &str) {
         "the host's `git status` ran a core.fsmonitor that the sandbox wrote into a nested \
          repository:\n{ran}"
     );
+}
+
+/// The same, with the gitlink hidden from a plain reading of the index: kept in a split
+/// index's shared part, behind a `.git` symlink, and one repository further down.
+fn git_embedded_repo_hidden_by_split_index_or_nesting_does_not_run_on_host_status(backend: &str) {
+    let fx = Fixture::new();
+    fx.init_repo("initial");
+    let witness = fx.root.join("EVIL-CODE-RAN");
+    let evil = format!(
+        "git config core.fsmonitor 'touch {}; false'",
+        witness.display()
+    );
+    let ran = fx.chitti(backend).sh(&format!(
+        "git init -q --separate-git-dir=\"$PWD/.hidden\" a && rm a/.git && ln -s ../.hidden a/.git \
+         && (cd a && {SANDBOX_GIT} commit -q --allow-empty -m a && {evil}) \
+         && git init -q b && git init -q b/inner \
+         && (cd b/inner && {SANDBOX_GIT} commit -q --allow-empty -m i && {evil}) \
+         && (cd b && git add inner && {SANDBOX_GIT} commit -q -m b) \
+         && git add a b 2>/dev/null && git update-index --split-index && touch ran"
+    ));
+    assert_ran(&fx, "ran", &ran);
+    let _ = host_git(&fx.ws, &fx.home, &["status"]);
+    let _ = host_git(&fx.ws.join("b"), &fx.home, &["status"]);
+    assert!(
+        !witness.exists(),
+        "the host's `git status` ran a core.fsmonitor the sandbox wrote into a nested \
+         repository hidden by a split index, a .git symlink or a second level:\n{ran}"
+    );
+}
+
+/// chitti's after-call check runs outside the sandbox: a gitlink that is a symlink to a
+/// repository outside the workspace must not make chitti move that repository's files.
+fn git_gitlink_symlink_does_not_make_chitti_touch_outside_repos(backend: &str) {
+    let fx = Fixture::new();
+    fx.init_repo("initial");
+    let victim = fx.root.join("victim");
+    std::fs::create_dir(&victim).unwrap();
+    host_git(&victim, &fx.home, &["init", "-q"]);
+    let before = names_under(&victim.join(".git"));
+    let ran = fx.chitti(backend).sh(&format!(
+        "ln -s {v} lnk && git update-index --add --cacheinfo \
+         160000,0123456789012345678901234567890123456789,lnk && touch ran",
+        v = victim.display()
+    ));
+    assert_ran(&fx, "ran", &ran);
+    assert_eq!(
+        names_under(&victim.join(".git")),
+        before,
+        "chitti changed a repository outside the workspace:\n{ran}"
+    );
+}
+
+/// Every path beneath `dir`, sorted.
+fn names_under(dir: &Path) -> Vec<std::path::PathBuf> {
+    let mut out = Vec::new();
+    let mut todo = vec![dir.to_path_buf()];
+    while let Some(d) = todo.pop() {
+        for entry in std::fs::read_dir(&d).unwrap().flatten() {
+            if entry.file_type().unwrap().is_dir() {
+                todo.push(entry.path());
+            }
+            out.push(entry.path());
+        }
+    }
+    out.sort();
+    out
 }
 
 /// The protection must hold even when chitti gets no chance to clean up.

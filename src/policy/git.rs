@@ -47,7 +47,9 @@ pub fn protection_for(root: &Path) -> Result<GitProtection, String> {
         }
         out.read_only.push(gitdir.join("config.worktree"));
         if common != gitdir {
+            // `commondir` names the repository whose config and hooks git uses.
             out.read_only.push(gitdir.join("config"));
+            out.read_only.push(gitdir.join("commondir"));
         }
         add_repo_dir(&common, &mut out);
     } else {
@@ -153,6 +155,7 @@ mod tests {
         assert!(p.read_only.contains(&common.join("hooks")));
         assert!(p.read_only.contains(&common.join("config")));
         assert!(p.read_only.contains(&wt_gitdir.join("config.worktree")));
+        assert!(p.read_only.contains(&wt_gitdir.join("commondir")));
         assert!(p.writable.contains(&wt_gitdir));
         assert!(p.writable.contains(&common));
     }

@@ -4,6 +4,7 @@
 //! a gitlink that is new, or whose repository's config or hooks changed during the call,
 //! has its config, commondir and hooks moved aside (and the move is reported).
 
+use std::collections::HashSet;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -13,8 +14,17 @@ use super::AfterCall;
 /// Larger indexes are not parsed (the check is reported as skipped).
 const MAX_INDEX_BYTES: u64 = 64 * 1024 * 1024;
 
-/// The gitlink paths (mode 160000) of a git index, versions 2 to 4.
-pub fn gitlinks(index: &[u8]) -> Result<Vec<String>, String> {
+/// What one git index file says about nested repositories.
+#[derive(Debug, Default, PartialEq, Eq)]
+struct IndexGitlinks {
+    /// The gitlink paths (mode 160000).
+    paths: Vec<String>,
+    /// The `sharedindex.<id>` file a split index keeps its other entries in.
+    shared_index: Option<String>,
+}
+
+/// The gitlinks of a git index, versions 2 to 4.
+fn parse_index(index: &[u8]) -> Result<IndexGitlinks, String> {
     let bad = |what: &str| Err(format!("unreadable git index: {what}"));
     if index.len() < 12 || &index[..4] != b"DIRC" {
         return bad("no DIRC header");
@@ -27,14 +37,25 @@ pub fn gitlinks(index: &[u8]) -> Result<Vec<String>, String> {
     // SHA-1 repositories use 20-byte ids; SHA-256 ones 32. The index does not say which,
     // so try SHA-1 first and fall back when the entries do not line up.
     for id_len in [20usize, 32] {
-        if let Some(found) = parse_entries(index, version, count, id_len) {
-            return Ok(found);
+        if let Some((paths, end)) = parse_entries(index, version, count, id_len) {
+            if let Some(shared_index) = shared_index_of(index, end, id_len) {
+                return Ok(IndexGitlinks {
+                    paths,
+                    shared_index,
+                });
+            }
         }
     }
     bad("entries do not parse")
 }
 
-fn parse_entries(index: &[u8], version: u32, count: usize, id_len: usize) -> Option<Vec<String>> {
+/// The gitlink paths, and where the entries end.
+fn parse_entries(
+    index: &[u8],
+    version: u32,
+    count: usize,
+    id_len: usize,
+) -> Option<(Vec<String>, usize)> {
     let mut pos = 12;
     let mut prev: Vec<u8> = Vec::new();
     let mut out = Vec::new();
@@ -75,7 +96,29 @@ fn parse_entries(index: &[u8], version: u32, count: usize, id_len: usize) -> Opt
         }
         prev = path;
     }
-    Some(out)
+    Some((out, pos))
+}
+
+/// Walks the extensions after the entries (up to the trailing checksum) for a split
+/// index's `link`. `None` when they do not line up with this id length.
+fn shared_index_of(index: &[u8], mut pos: usize, id_len: usize) -> Option<Option<String>> {
+    let end = index.len().checked_sub(id_len)?;
+    let mut shared = None;
+    while pos < end {
+        let header = index.get(pos..pos + 8)?;
+        let size = u32::from_be_bytes(header[4..8].try_into().ok()?) as usize;
+        let data = index.get(pos + 8..(pos + 8).checked_add(size)?)?;
+        if &header[..4] == b"link" {
+            let id = data.get(..id_len)?;
+            // An all-zero id means "no shared index".
+            if id.iter().any(|b| *b != 0) {
+                let hex: String = id.iter().map(|b| format!("{b:02x}")).collect();
+                shared = Some(format!("sharedindex.{hex}"));
+            }
+        }
+        pos += 8 + size;
+    }
+    (pos == end).then_some(shared)
 }
 
 /// Git's offset varint (used by index v4).
@@ -91,46 +134,157 @@ fn varint(buf: &[u8]) -> Option<(u64, usize)> {
     Some((val, i + 1))
 }
 
-/// One repository in a writable root whose gitlinks are watched.
+/// Nested repositories inside nested repositories are followed this deep.
+const MAX_DEPTH: usize = 8;
+
+/// What git reads from a git directory that can make it run code.
+const RISKY: [&str; 4] = ["config", "commondir", "hooks", "config.worktree"];
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    /// The repository of a gitlink: the host's `git status` enters it unasked.
+    Gitlink,
+    /// Another linked worktree's git directory: git reads it when the user works there.
+    Worktree,
+}
+
+/// A git directory the check looks after (canonical path).
 #[derive(Debug)]
-struct Watched {
-    root: PathBuf,
-    index: PathBuf,
-    before: Vec<String>,
+struct Found {
+    git_dir: PathBuf,
+    /// The work tree's `.git` entry (gitlinks only).
+    dot_git: Option<PathBuf>,
+    /// How the report names it.
+    label: String,
+    kind: Kind,
 }
 
 /// The after-call check for nested repositories.
 #[derive(Debug)]
 pub struct NestedRepoGuard {
-    repos: Vec<Watched>,
+    /// Canonical writable roots: nothing outside them can have been written by the
+    /// sandbox, so nothing outside them is ever touched.
+    roots: Vec<PathBuf>,
+    /// The git directories found before the call.
+    before: HashSet<PathBuf>,
+    /// Whether any root is a repository at all (if none is, there is nothing to check).
+    any_repo: bool,
     /// Anything whose ctime is later than this changed during the call. (ctime cannot be
     /// set from user space; a little slack covers the kernel's coarse clock.)
     since: SystemTime,
 }
 
 impl NestedRepoGuard {
-    /// Reads the gitlinks of every `root/.git/index` before the call.
-    pub fn before(roots: &[PathBuf]) -> NestedRepoGuard {
-        let mut repos = Vec::new();
-        for root in roots {
-            let index = root.join(".git/index");
-            let before = read_gitlinks(&index).unwrap_or_default();
-            if root.join(".git").is_dir() {
-                repos.push(Watched {
-                    root: root.clone(),
-                    index,
-                    before,
-                });
-            }
-        }
-        NestedRepoGuard {
-            repos,
+    /// Finds, before the call, every repository reachable from the writable roots' own
+    /// repositories: gitlinks (through split indexes, nested any level deep) and the
+    /// other worktrees of the same repository.
+    pub fn before(writable: &[PathBuf]) -> NestedRepoGuard {
+        let roots: Vec<PathBuf> = writable
+            .iter()
+            .map(|r| r.canonicalize().unwrap_or_else(|_| r.clone()))
+            .collect();
+        let mut guard = NestedRepoGuard {
+            any_repo: roots.iter().any(|r| top_repository(r).is_some()),
+            roots,
+            before: HashSet::new(),
             since: SystemTime::now() - Duration::from_millis(50),
+        };
+        if guard.any_repo {
+            let found = guard.discover(&mut Vec::new());
+            guard.before = found.into_iter().map(|f| f.git_dir).collect();
         }
+        guard
     }
 
     pub fn is_empty(&self) -> bool {
-        self.repos.is_empty()
+        !self.any_repo
+    }
+
+    fn inside_roots(&self, path: &Path) -> bool {
+        self.roots.iter().any(|r| path.starts_with(r))
+    }
+
+    fn discover(&self, problems: &mut Vec<String>) -> Vec<Found> {
+        let mut seen = HashSet::new();
+        let mut found = Vec::new();
+        for root in &self.roots {
+            let Some(top) = top_repository(root) else {
+                continue;
+            };
+            seen.insert(top.git_dir.clone());
+            seen.insert(top.common_dir.clone());
+            if let Ok(entries) = std::fs::read_dir(top.common_dir.join("worktrees")) {
+                for entry in entries.flatten() {
+                    let Ok(dir) = entry.path().canonicalize() else {
+                        continue;
+                    };
+                    if dir.is_dir() && self.inside_roots(&dir) && seen.insert(dir.clone()) {
+                        found.push(Found {
+                            label: format!("worktree {}", dir.display()),
+                            git_dir: dir,
+                            dot_git: None,
+                            kind: Kind::Worktree,
+                        });
+                    }
+                }
+            }
+            self.gitlinks_of(root, &top.git_dir, 0, &mut seen, &mut found, problems);
+        }
+        found
+    }
+
+    /// Follows the gitlinks of one repository, and theirs in turn.
+    fn gitlinks_of(
+        &self,
+        work_dir: &Path,
+        git_dir: &Path,
+        depth: usize,
+        seen: &mut HashSet<PathBuf>,
+        found: &mut Vec<Found>,
+        problems: &mut Vec<String>,
+    ) {
+        if depth > MAX_DEPTH {
+            problems.push(format!(
+                "nested repositories deeper than {MAX_DEPTH} levels under {} not checked",
+                work_dir.display()
+            ));
+            return;
+        }
+        let links = match read_gitlinks(git_dir) {
+            Ok(links) => links,
+            Err(e) => {
+                problems.push(format!("nested repositories not checked: {e}"));
+                return;
+            }
+        };
+        for link in links {
+            // Git itself refuses index paths with `..` or `.git` components; nothing
+            // is followed through them.
+            let Some(sub_work) = plain_join(work_dir, &link) else {
+                continue;
+            };
+            // Symlinks are resolved, and only what resolves inside a writable root is
+            // looked at: the sandbox cannot have written anything else.
+            let Ok(sub_work) = sub_work.canonicalize() else {
+                continue;
+            };
+            if !self.inside_roots(&sub_work) {
+                continue;
+            }
+            let Some(sub_git) = git_dir_of(&sub_work) else {
+                continue;
+            };
+            if !self.inside_roots(&sub_git) || !seen.insert(sub_git.clone()) {
+                continue;
+            }
+            found.push(Found {
+                label: format!("nested repository {}", sub_work.display()),
+                dot_git: Some(sub_work.join(".git")),
+                git_dir: sub_git.clone(),
+                kind: Kind::Gitlink,
+            });
+            self.gitlinks_of(&sub_work, &sub_git, depth + 1, seen, found, problems);
+        }
     }
 
     fn changed(&self, path: &Path) -> bool {
@@ -146,52 +300,86 @@ impl NestedRepoGuard {
     }
 
     fn check(&self) -> Vec<String> {
+        let mut problems = Vec::new();
+        let found = self.discover(&mut problems);
         let mut repairs = Vec::new();
-        for repo in &self.repos {
-            let after = match read_gitlinks(&repo.index) {
-                Ok(links) => links,
-                Err(e) => {
-                    repairs.push(format!("nested repositories not checked: {e}"));
-                    continue;
-                }
+        for repo in found {
+            let is_new = !self.before.contains(&repo.git_dir);
+            let touched = repo.dot_git.as_deref().is_some_and(|d| self.changed(d))
+                || RISKY.iter().any(|r| self.changed(&repo.git_dir.join(r)))
+                || hooks_changed(self, &repo.git_dir.join("hooks"));
+            // A new worktree is the sandbox's own, like any repository it creates; a new
+            // gitlink is not, because the host's `git status` walks into it.
+            let quarantine = match repo.kind {
+                Kind::Gitlink => is_new || touched,
+                Kind::Worktree => !is_new && touched,
             };
-            for link in after {
-                let work_dir = repo.root.join(&link);
-                let Some(git_dir) = git_dir_of(&work_dir, &repo.root) else {
-                    continue;
-                };
-                let risky = ["config", "commondir", "hooks", "config.worktree"];
-                let is_new = !repo.before.contains(&link);
-                let touched = self.changed(&work_dir.join(".git"))
-                    || risky.iter().any(|r| self.changed(&git_dir.join(r)))
-                    || hooks_changed(self, &git_dir.join("hooks"));
-                if !(is_new || touched) {
+            if !quarantine {
+                continue;
+            }
+            let why = if is_new {
+                "staged during the call"
+            } else {
+                "changed during the call"
+            };
+            for name in RISKY {
+                let path = repo.git_dir.join(name);
+                if std::fs::symlink_metadata(&path).is_err() {
                     continue;
                 }
-                for name in risky {
-                    let path = git_dir.join(name);
-                    if std::fs::symlink_metadata(&path).is_ok() {
-                        let aside = git_dir
-                            .join(format!("{name}.chitti-quarantine-{}", std::process::id()));
-                        if std::fs::rename(&path, &aside).is_ok() {
-                            repairs.push(format!(
-                                "nested repository {}: moved {} aside to {} ({})",
-                                link,
-                                path.display(),
-                                aside.display(),
-                                if is_new {
-                                    "staged during the call"
-                                } else {
-                                    "changed during the call"
-                                }
-                            ));
-                        }
-                    }
+                let aside = repo
+                    .git_dir
+                    .join(format!("{name}.chitti-quarantine-{}", std::process::id()));
+                match std::fs::rename(&path, &aside) {
+                    Ok(()) => repairs.push(format!(
+                        "{}: moved {} aside to {} ({why})",
+                        repo.label,
+                        path.display(),
+                        aside.display(),
+                    )),
+                    Err(e) => repairs.push(format!(
+                        "{}: could not move {} aside ({why}): {e}; do not run git there",
+                        repo.label,
+                        path.display(),
+                    )),
                 }
             }
         }
+        repairs.extend(problems);
         repairs
     }
+}
+
+/// A writable root's own repository.
+struct TopRepository {
+    git_dir: PathBuf,
+    common_dir: PathBuf,
+}
+
+/// The repository whose work tree is `root` (a `.git` directory, or a linked worktree's
+/// `.git` file), canonical.
+fn top_repository(root: &Path) -> Option<TopRepository> {
+    let git_dir = git_dir_of(root)?;
+    let common_dir = std::fs::read_to_string(git_dir.join("commondir"))
+        .ok()
+        .and_then(|text| git_dir.join(text.trim()).canonicalize().ok())
+        .unwrap_or_else(|| git_dir.clone());
+    Some(TopRepository {
+        git_dir,
+        common_dir,
+    })
+}
+
+/// `base/relative` when every component of `relative` is a plain name other than `.git`.
+fn plain_join(base: &Path, relative: &str) -> Option<PathBuf> {
+    let mut out = base.to_path_buf();
+    for part in relative.split('/') {
+        if part.is_empty() || part == "." || part == ".." || part.eq_ignore_ascii_case(".git") {
+            return None;
+        }
+        out.push(part);
+    }
+    Some(out)
 }
 
 fn hooks_changed(guard: &NestedRepoGuard, hooks: &Path) -> bool {
@@ -200,39 +388,55 @@ fn hooks_changed(guard: &NestedRepoGuard, hooks: &Path) -> bool {
         .unwrap_or(false)
 }
 
-fn read_gitlinks(index: &Path) -> Result<Vec<String>, String> {
+/// The gitlinks of a repository's index, including those a split index keeps in its
+/// shared index.
+fn read_gitlinks(git_dir: &Path) -> Result<Vec<String>, String> {
+    let index = git_dir.join("index");
+    let Some(parsed) = read_index(&index)? else {
+        return Ok(Vec::new());
+    };
+    let mut paths = parsed.paths;
+    if let Some(shared) = parsed.shared_index {
+        let shared = git_dir.join(shared);
+        let more = read_index(&shared)?.ok_or_else(|| {
+            format!(
+                "{} names the shared index {}, which is missing",
+                index.display(),
+                shared.display()
+            )
+        })?;
+        paths.extend(more.paths);
+    }
+    Ok(paths)
+}
+
+fn read_index(index: &Path) -> Result<Option<IndexGitlinks>, String> {
     let meta = match std::fs::metadata(index) {
         Ok(m) => m,
-        Err(_) => return Ok(Vec::new()),
+        Err(_) => return Ok(None),
     };
     if meta.len() > MAX_INDEX_BYTES {
         return Err(format!("{} is larger than 64 MiB", index.display()));
     }
     let bytes = std::fs::read(index).map_err(|e| format!("{}: {e}", index.display()))?;
-    gitlinks(&bytes)
+    parse_index(&bytes)
+        .map(Some)
+        .map_err(|e| format!("{}: {e}", index.display()))
 }
 
-/// The git directory of a nested work tree, if it lies inside `root` (one outside every
-/// writable root cannot have been written by the sandbox).
-fn git_dir_of(work_dir: &Path, root: &Path) -> Option<PathBuf> {
+/// The git directory of a work tree, canonical: a `.git` directory (or a symlink to
+/// one), or the target of a `.git` file's `gitdir:` line.
+fn git_dir_of(work_dir: &Path) -> Option<PathBuf> {
     let dot_git = work_dir.join(".git");
     let meta = std::fs::symlink_metadata(&dot_git).ok()?;
-    let dir = if meta.is_dir() {
-        dot_git
-    } else if meta.is_file() {
+    let dir = if meta.is_file() {
         let text = std::fs::read_to_string(&dot_git).ok()?;
         let target = text.lines().find_map(|l| l.strip_prefix("gitdir:"))?.trim();
-        let target = Path::new(target);
-        let abs = if target.is_absolute() {
-            target.to_path_buf()
-        } else {
-            work_dir.join(target)
-        };
-        abs.canonicalize().ok()?
+        work_dir.join(target).canonicalize().ok()?
     } else {
-        return None;
+        dot_git.canonicalize().ok()?
     };
-    dir.starts_with(root).then_some(dir)
+    dir.is_dir().then_some(dir)
 }
 
 impl AfterCall for NestedRepoGuard {
@@ -285,7 +489,7 @@ mod tests {
         git(&ws, &["add", "top", "a/b"]);
         for version in ["2", "3", "4"] {
             git(&ws, &["update-index", "--index-version", version]);
-            let links = read_gitlinks(&ws.join(".git/index")).unwrap();
+            let links = read_gitlinks(&ws.join(".git")).unwrap();
             assert_eq!(links, vec!["a/b".to_string()], "index v{version}");
         }
     }
@@ -328,5 +532,176 @@ mod tests {
         std::fs::write(ws.join("file"), "x").unwrap();
         assert!(Box::new(guard).run().is_empty());
         assert!(ws.join("sub/.git/config").exists());
+    }
+
+    /// A repository at `dir` with one commit and `core.fsmonitor` set.
+    fn evil_repo(dir: &Path) {
+        std::fs::create_dir_all(dir).unwrap();
+        git(dir, &["init", "-q"]);
+        git(dir, &["commit", "-q", "--allow-empty", "-m", "s"]);
+        git(dir, &["config", "core.fsmonitor", "evil"]);
+    }
+
+    /// A version-2 index holding one gitlink entry per path, written byte by byte (git
+    /// refuses to stage some of these paths itself).
+    fn forged_index(paths: &[&str]) -> Vec<u8> {
+        let mut out = b"DIRC".to_vec();
+        out.extend_from_slice(&2u32.to_be_bytes());
+        out.extend_from_slice(&(paths.len() as u32).to_be_bytes());
+        for path in paths {
+            let start = out.len();
+            out.extend_from_slice(&[0; 24]);
+            out.extend_from_slice(&0o160000u32.to_be_bytes());
+            out.extend_from_slice(&[0; 12]);
+            out.extend_from_slice(&[0x11; 20]);
+            out.extend_from_slice(&(path.len() as u16).to_be_bytes());
+            out.extend_from_slice(path.as_bytes());
+            let len = out.len() - start;
+            out.resize(start + (len + 8) / 8 * 8, 0);
+        }
+        out.extend_from_slice(&[0; 20]);
+        out
+    }
+
+    fn workspace_repo() -> (tempfile::TempDir, PathBuf) {
+        let dir = tempfile::tempdir().unwrap();
+        let ws = dir.path().canonicalize().unwrap().join("ws");
+        std::fs::create_dir(&ws).unwrap();
+        git(&ws, &["init", "-q"]);
+        git(&ws, &["commit", "-q", "--allow-empty", "-m", "i"]);
+        (dir, ws)
+    }
+
+    #[test]
+    fn repositories_outside_the_writable_roots_are_never_touched() {
+        let (dir, ws) = workspace_repo();
+        let victim = dir.path().canonicalize().unwrap().join("victim");
+        evil_repo(&victim);
+        let guard = NestedRepoGuard::before(std::slice::from_ref(&ws));
+        // A symlink staged as a gitlink, and forged `..` and absolute-looking entries.
+        std::os::unix::fs::symlink(&victim, ws.join("lnk")).unwrap();
+        git(
+            &ws,
+            &[
+                "update-index",
+                "--add",
+                "--cacheinfo",
+                "160000,1111111111111111111111111111111111111111,lnk",
+            ],
+        );
+        let mut repairs = Box::new(guard).run();
+        let guard = NestedRepoGuard::before(std::slice::from_ref(&ws));
+        std::fs::write(
+            ws.join(".git/index"),
+            forged_index(&["../victim", "/victim"]),
+        )
+        .unwrap();
+        repairs.extend(Box::new(guard).run());
+        assert!(victim.join(".git/config").exists(), "{repairs:?}");
+        assert!(victim.join(".git/hooks").exists(), "{repairs:?}");
+        assert!(repairs.iter().all(|r| !r.contains("victim")), "{repairs:?}");
+    }
+
+    #[test]
+    fn a_nested_repository_behind_a_dot_git_symlink_loses_its_config() {
+        let (_dir, ws) = workspace_repo();
+        let guard = NestedRepoGuard::before(std::slice::from_ref(&ws));
+        evil_repo(&ws.join("hidden"));
+        std::fs::create_dir(ws.join("sub")).unwrap();
+        std::os::unix::fs::symlink("../hidden/.git", ws.join("sub/.git")).unwrap();
+        git(&ws, &["add", "sub"]);
+        let repairs = Box::new(guard).run();
+        assert!(!ws.join("hidden/.git/config").exists(), "{repairs:?}");
+    }
+
+    #[test]
+    fn a_split_index_is_read_through_its_shared_index() {
+        let (_dir, ws) = workspace_repo();
+        let guard = NestedRepoGuard::before(std::slice::from_ref(&ws));
+        evil_repo(&ws.join("sub"));
+        git(&ws, &["add", "sub"]);
+        git(&ws, &["update-index", "--split-index"]);
+        let shared = std::fs::read_dir(ws.join(".git"))
+            .unwrap()
+            .flatten()
+            .any(|e| e.file_name().to_string_lossy().starts_with("sharedindex."));
+        assert!(shared, "git made no shared index");
+        let repairs = Box::new(guard).run();
+        assert!(!ws.join("sub/.git/config").exists(), "{repairs:?}");
+    }
+
+    #[test]
+    fn repositories_nested_two_levels_deep_are_checked() {
+        let (_dir, ws) = workspace_repo();
+        evil_repo(&ws.join("sub"));
+        git(&ws, &["add", "sub"]);
+        std::thread::sleep(Duration::from_millis(100));
+        let guard = NestedRepoGuard::before(std::slice::from_ref(&ws));
+        evil_repo(&ws.join("sub/inner"));
+        git(&ws.join("sub"), &["add", "inner"]);
+        let repairs = Box::new(guard).run();
+        assert!(!ws.join("sub/inner/.git/config").exists(), "{repairs:?}");
+    }
+
+    #[test]
+    fn a_git_dir_in_another_writable_root_is_checked() {
+        let (dir, ws) = workspace_repo();
+        let other = dir.path().canonicalize().unwrap().join("other");
+        let roots = [ws.clone(), other.clone()];
+        let guard = NestedRepoGuard::before(&roots);
+        evil_repo(&other.join("repo"));
+        std::fs::create_dir(ws.join("sub")).unwrap();
+        std::fs::write(
+            ws.join("sub/.git"),
+            format!("gitdir: {}\n", other.join("repo/.git").display()),
+        )
+        .unwrap();
+        git(&ws, &["add", "sub"]);
+        let repairs = Box::new(guard).run();
+        assert!(!other.join("repo/.git/config").exists(), "{repairs:?}");
+    }
+
+    #[test]
+    fn another_worktree_redirected_during_the_call_loses_its_commondir() {
+        let (dir, ws) = workspace_repo();
+        let base = dir.path().canonicalize().unwrap();
+        git(
+            &ws,
+            &["worktree", "add", "-q", base.join("wt").to_str().unwrap()],
+        );
+        git(
+            &ws,
+            &["worktree", "add", "-q", base.join("wt2").to_str().unwrap()],
+        );
+        std::thread::sleep(Duration::from_millis(100));
+        let guard = NestedRepoGuard::before(std::slice::from_ref(&ws));
+        evil_repo(&ws.join("evil"));
+        std::fs::write(
+            ws.join(".git/worktrees/wt/commondir"),
+            "../../../evil/.git\n",
+        )
+        .unwrap();
+        let repairs = Box::new(guard).run();
+        assert!(
+            !ws.join(".git/worktrees/wt/commondir").exists(),
+            "{repairs:?}"
+        );
+        assert!(
+            ws.join(".git/worktrees/wt2/commondir").exists(),
+            "{repairs:?}"
+        );
+    }
+
+    #[test]
+    fn a_linked_worktree_workspace_is_checked_too() {
+        let (dir, main) = workspace_repo();
+        let ws = dir.path().canonicalize().unwrap().join("wt");
+        git(&main, &["worktree", "add", "-q", ws.to_str().unwrap()]);
+        let roots = [ws.clone(), main.join(".git")];
+        let guard = NestedRepoGuard::before(&roots);
+        evil_repo(&ws.join("sub"));
+        git(&ws, &["add", "sub"]);
+        let repairs = Box::new(guard).run();
+        assert!(!ws.join("sub/.git/config").exists(), "{repairs:?}");
     }
 }
