@@ -1426,3 +1426,28 @@ fn read_only_profile_keeps_workspace_unwritable(backend: &str) {
         "read-only wrote to the workspace: {entries:?}\n{ran}"
     );
 }
+
+/// `sandbox test --workspace DIR` probes DIR's file system in a directory of its own:
+/// even unsandboxed, where every attack probe succeeds, DIR's repository is untouched.
+#[test]
+fn sandbox_test_with_a_workspace_leaves_its_repository_alone() {
+    let fx = Fixture::new();
+    fx.init_repo("initial");
+    let before = (names_under(&fx.ws), fx.git(&["log", "--format=%H %s"]));
+    let out = std::process::Command::new(chitti_bin())
+        .args(["sandbox", "test", "--backend", "none", "--workspace"])
+        .arg(&fx.ws)
+        .env("HOME", &fx.home)
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{stdout}");
+    assert!(stdout.contains("checks passed"), "{stdout}");
+    assert_eq!(
+        (names_under(&fx.ws), fx.git(&["log", "--format=%H %s"])),
+        before,
+        "sandbox test changed the repository given as --workspace:\n{stdout}"
+    );
+    assert_eq!(fx.git(&["status", "--porcelain"]), "");
+}

@@ -149,6 +149,10 @@ pub enum SandboxCommand {
     },
     /// Prove a profile on this machine: real probes, a verdict table, exit 0 only when
     /// every promise holds.
+    #[command(mut_arg("workspace", |a| a.help(
+        "Run the probes on this directory's file system, in a throw-away repository \
+         created inside it and removed afterwards (default: under /var/tmp)"
+    )))]
     Test {
         #[command(flatten)]
         sandbox: SandboxOpts,

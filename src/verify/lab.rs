@@ -43,6 +43,8 @@ pub const SECRET_VARS: &[&str] = &[
 
 pub struct Lab {
     _root: tempfile::TempDir,
+    /// With `--workspace DIR`: the probes' own directory inside DIR, removed afterwards.
+    _in_workspace: Option<tempfile::TempDir>,
     pub root: PathBuf,
     pub home: PathBuf,
     pub workspace: PathBuf,
@@ -103,16 +105,37 @@ impl Lab {
         std::fs::write(home.join("notes.txt"), format!("readable {marker}\n"))
             .map_err(|e| err("cannot create decoys", e))?;
         std::fs::create_dir_all(&outside).map_err(|e| err("cannot create directories", e))?;
-        let workspace = match workspace {
-            Some(w) => w.to_path_buf(),
-            None => {
-                let ws = home.join("project");
-                std::fs::create_dir_all(&ws).map_err(|e| err("cannot create the workspace", e))?;
-                init_repo(&ws)
-                    .map_err(|e| err("cannot create a git repository (is git installed?)", e))?;
-                ws
-            }
+        // `--workspace DIR` tests the sandbox on DIR's file system, never on DIR's files:
+        // the probes commit, rename `.git` and write through `..`, and must stay harmless
+        // even under `--backend none`. So they get a fresh repository two levels below DIR.
+        let in_workspace = match workspace {
+            Some(dir) => Some(
+                tempfile::Builder::new()
+                    .prefix(".chitti-sandbox-test-")
+                    .tempdir_in(dir)
+                    .map_err(|e| {
+                        err(
+                            &format!(
+                                "cannot create the probe directory in --workspace {}",
+                                dir.display()
+                            ),
+                            e,
+                        )
+                    })?,
+            ),
+            None => None,
         };
+        let ws_parent = match &in_workspace {
+            Some(dir) => dir
+                .path()
+                .canonicalize()
+                .map_err(|e| err("cannot resolve the probe directory", e))?,
+            None => home.clone(),
+        };
+        let workspace = ws_parent.join("project");
+        std::fs::create_dir_all(&workspace).map_err(|e| err("cannot create the workspace", e))?;
+        init_repo(&workspace)
+            .map_err(|e| err("cannot create a git repository (is git installed?)", e))?;
         // Everything the probes need later must be visible to an unprivileged sandbox.
         let dirs = ChittiDirs {
             home: home.clone(),
@@ -129,6 +152,7 @@ impl Lab {
             .map_err(|e| SandboxError::Unavailable(e.to_string()))?;
         Ok(Lab {
             _root: root_dir,
+            _in_workspace: in_workspace,
             root,
             home,
             workspace: policy.workspace.clone(),
@@ -149,7 +173,17 @@ impl Lab {
         script: &str,
         timeout: Duration,
     ) -> Result<Outcome, SandboxError> {
-        let command: Vec<OsString> = vec!["sh".into(), "-c".into(), script.into()];
+        // git must never look above the workspace: once a probe has moved `.git` away
+        // (and nothing stopped it, as under `--backend none`), git would otherwise commit
+        // into whatever repository holds `--workspace DIR`. The ceiling arrives as `$0`.
+        let ceiling = self.workspace.parent().unwrap_or(&self.workspace);
+        let command: Vec<OsString> = vec![
+            "sh".into(),
+            "-c".into(),
+            format!("GIT_CEILING_DIRECTORIES=\"$0\"; export GIT_CEILING_DIRECTORIES\n{script}")
+                .into(),
+            ceiling.into(),
+        ];
         let prepared = sandbox::prepare(self.backend, &self.policy, &command, &self.workspace)?;
         exec::run(
             prepared,
