@@ -130,7 +130,8 @@ for name, res, value in (("RLIMIT_NOFILE", resource.RLIMIT_NOFILE, (3, 3)),
     );
 }
 
-/// setpriority, sched_setaffinity and ioprio_set on a host process of the same user.
+/// setpriority, sched_setaffinity and ioprio_set on a host process of the same user, by
+/// its pid and through "every process of my uid" (PRIO_USER / IOPRIO_WHO_USER with 0).
 #[backends]
 fn escape_renice_host_process(backend: &str) {
     let fx = Fixture::new();
@@ -149,6 +150,7 @@ fn escape_renice_host_process(backend: &str) {
         r#"
 pid = int(sys.argv[1])
 for name, attempt in (("setpriority", lambda: os.setpriority(os.PRIO_PROCESS, pid, 19)),
+                      ("setpriority PRIO_USER 0 (every process of this uid)", lambda: os.setpriority(os.PRIO_USER, 0, 19)),
                       ("sched_setaffinity", lambda: os.sched_setaffinity(pid, {0})),
                       ("sched_setscheduler", lambda: os.sched_setscheduler(pid, os.SCHED_IDLE, os.sched_param(0)))):
     try:
@@ -157,6 +159,8 @@ for name, attempt in (("setpriority", lambda: os.setpriority(os.PRIO_PROCESS, pi
         print(name, "denied:", e)
 r, e = call(251, 1, pid, (3 << 13) | 7)
 print("ioprio_set", r, e)
+r, e = call(251, 3, 0, (3 << 13) | 7)
+print("ioprio_set IOPRIO_WHO_USER 0", r, e)
 "#,
     );
     let ran = fx.chitti(backend).py(&script, &[&host.pid.to_string()]);

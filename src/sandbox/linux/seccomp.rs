@@ -170,6 +170,9 @@ fn mode_setting_calls() -> Vec<(i64, u8)> {
     v
 }
 
+/// ioprio_set's "which": all processes of a user (linux/ioprio.h).
+const IOPRIO_WHO_USER: u32 = 3;
+
 /// fchmodat2 (Linux 6.6) has the same number on every architecture.
 const FCHMODAT2: i64 = 452;
 
@@ -198,6 +201,16 @@ fn deny_rules(network: bool, shares_host: bool) -> BTreeMap<i64, Vec<Rule>> {
         ] {
             // Only the caller itself (pid/who 0) may be targeted.
             rules.insert(nr, vec![vec![check(arg, Ne(0))]]);
+        }
+        // ... except where 0 means "every process of my uid", host ones included.
+        for (nr, which_user) in [
+            (libc::SYS_setpriority, libc::PRIO_USER as u32),
+            (libc::SYS_ioprio_set, IOPRIO_WHO_USER),
+        ] {
+            rules
+                .get_mut(&nr)
+                .expect("inserted above")
+                .push(vec![check(0, Eq(which_user))]);
         }
     }
 
