@@ -244,6 +244,7 @@ fn tmpdir_is_writable_and_discarded(backend: &str) {
     let name = marker("tmpfile");
     let ran = fx.chitti(backend).sh(&format!(
         "echo {name} > \"$TMPDIR/{name}\" && cp \"$TMPDIR/{name}\" copied; \
+         mkdir \"$TMPDIR/locked\" && touch \"$TMPDIR/locked/f\" && chmod 500 \"$TMPDIR/locked\"; \
          printf %s \"$TMPDIR\" > tmpdir-path"
     ));
     assert_eq!(
@@ -264,6 +265,24 @@ fn tmpdir_is_writable_and_discarded(backend: &str) {
         "{} is still on the host after the call",
         on_host.display()
     );
+    // A directory the command made unwritable must not keep its TMPDIR alive (bwrap's
+    // TMPDIR is /tmp on a private tmpfs: the host's /tmp is another directory).
+    let locked = Path::new(&tmpdir).join("locked");
+    let left = locked.exists();
+    if left {
+        let _ = std::fs::remove_dir_all(Path::new(&tmpdir).join("locked"));
+    }
+    assert!(
+        !left,
+        "{} is still on the host after the call",
+        locked.display()
+    );
+    if tmpdir != "/tmp" {
+        assert!(
+            !Path::new(&tmpdir).exists(),
+            "the private TMPDIR {tmpdir} is still on the host after the call"
+        );
+    }
 }
 
 /// Other users of the machine must not see what the command keeps in its TMPDIR.

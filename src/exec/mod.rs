@@ -318,8 +318,12 @@ pub async fn run(
         None => (Captured::default(), Vec::new()),
     };
     // Every sandboxed process is gone now, so nothing can race the repairs.
-    let repairs: Vec<String> = after.into_iter().flat_map(|f| f.run()).collect();
-    drop(temp_dirs);
+    let mut repairs: Vec<String> = after.into_iter().flat_map(|f| f.run()).collect();
+    for dir in temp_dirs {
+        if let Err(e) = crate::sandbox::cleanup::remove_tree(&dir.keep()) {
+            repairs.push(e);
+        }
+    }
 
     let mut outcome = Outcome {
         exit_code: 0,

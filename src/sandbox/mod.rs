@@ -6,6 +6,7 @@
 
 pub mod bwrap_args;
 pub mod capabilities;
+pub mod cleanup;
 pub mod landlock_rules;
 #[cfg(target_os = "linux")]
 pub mod linux;

@@ -197,9 +197,11 @@ struct Aftermath {
 
 impl Aftermath {
     fn run(self) -> Vec<String> {
-        let repairs = self.after.into_iter().flat_map(|f| f.run()).collect();
+        let mut repairs: Vec<String> = self.after.into_iter().flat_map(|f| f.run()).collect();
         for dir in self.cleanup {
-            let _ = std::fs::remove_dir_all(dir);
+            if let Err(e) = crate::sandbox::cleanup::remove_tree(&dir) {
+                repairs.push(e);
+            }
         }
         repairs
     }
