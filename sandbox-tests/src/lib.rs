@@ -229,6 +229,9 @@ pub const CREDENTIAL_DECOYS: &[&str] = &[
     ".kube/config",
     ".gnupg/private-keys-v1.d/decoy.key",
     ".git-credentials",
+    ".gemini/oauth_creds.json",
+    ".codex/auth.json",
+    ".claude/.credentials.json",
 ];
 
 /// A private tree under the fixture root:

@@ -31,6 +31,10 @@ pub const HOME_CREDENTIALS: &[&str] = &[
     ".mozilla",
     ".config/google-chrome",
     ".config/chromium",
+    // Other coding agents' logins (the Gemini CLI's also reaches chitti's own provider).
+    ".gemini",
+    ".codex/auth.json",
+    ".claude/.credentials.json",
 ];
 
 /// Expands the built-in list for `home`, plus chitti's own config and state directories

@@ -26,6 +26,7 @@ pub const DECOYS: &[(&str, &str)] = &[
     (".npmrc", "tokens"),
     (".pypirc", "tokens"),
     (".cargo/credentials.toml", "tokens"),
+    (".gemini/oauth_creds.json", "tokens"),
     (".config/chitti/config.toml", "chitti"),
 ];
 
