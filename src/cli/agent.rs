@@ -267,13 +267,17 @@ fn build_provider(
 
 /// `run`: commentary was not shown as it streamed, so it is shown now, on stderr.
 fn print_progress(progress: Progress<'_>) {
+    use crate::agent::preview::visible;
     let mut err = std::io::stderr().lock();
     let _ = match progress {
         Progress::Commentary(text) => writeln!(err, "{}", text.trim_end()),
-        Progress::ToolStart { name, summary } => writeln!(err, "→ {name}: {summary}"),
+        // A model-chosen tool name or a command's output must not drive the terminal.
+        Progress::ToolStart { name, summary } => {
+            writeln!(err, "→ {}: {}", visible(name), visible(summary))
+        }
         Progress::ToolDone { name, ok, summary } => {
             let mark = if ok { "←" } else { "✗" };
-            writeln!(err, "{mark} {name}: {summary}")
+            writeln!(err, "{mark} {}: {}", visible(name), visible(summary))
         }
     };
 }
