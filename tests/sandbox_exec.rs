@@ -78,6 +78,8 @@ on_both_backends!(
     exit_code_is_propagated,
     signal_death_is_128_plus_signal,
     missing_command_is_127,
+    missing_interpreter_is_127,
+    command_writing_like_bwrap_keeps_its_exit_code,
     non_executable_is_126,
     missing_workspace_is_125,
     root_workspace_is_125,
@@ -1138,6 +1140,34 @@ fn missing_command_is_127(backend: &str) {
     let ran = fx.chitti(backend).run(&["chitti-no-such-command-xyz"]);
     assert_eq!(ran.code, Some(127), "{ran}");
     assert!(ran.stderr.contains("chitti-no-such-command-xyz"), "{ran}");
+}
+
+/// A script whose `#!` interpreter does not exist: the exec fails inside the sandbox,
+/// which is the command's 127 on every backend, not a set-up failure (125).
+fn missing_interpreter_is_127(backend: &str) {
+    let fx = Fixture::new();
+    write(
+        &fx.ws("script.sh"),
+        "#!/chitti-no-such-interpreter\ntouch ran\n",
+    );
+    std::fs::set_permissions(
+        fx.ws("script.sh"),
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .unwrap();
+    let ran = fx.chitti(backend).run(&["./script.sh"]);
+    assert_eq!(ran.code, Some(127), "{ran}");
+    assert!(ran.stderr.contains("script.sh"), "{ran}");
+}
+
+/// A command that ran and failed keeps its exit status, whatever its stderr looks like.
+fn command_writing_like_bwrap_keeps_its_exit_code(backend: &str) {
+    let fx = Fixture::new();
+    let ran = fx
+        .chitti(backend)
+        .sh("touch ran; echo 'bwrap: a line like a set-up error' >&2; echo more >&2; exit 1");
+    assert_ran(&fx, "ran", &ran);
+    assert_eq!(ran.code, Some(1), "{ran}");
 }
 
 fn non_executable_is_126(backend: &str) {

@@ -142,6 +142,8 @@ enum Running {
         status: OwnedFd,
         /// Dropping it makes the supervisor kill the tree and exit.
         lifeline: Option<OwnedFd>,
+        /// The program, for naming it when its exec fails.
+        program: String,
     },
 }
 
@@ -261,6 +263,7 @@ pub async fn run(
         #[cfg(target_os = "linux")]
         Launch::Supervised(spec) => {
             use crate::sandbox::linux::supervisor;
+            let program = spec.image.program().to_string_lossy().into_owned();
             let sup = supervisor::spawn(
                 spec,
                 supervisor::ChildStdio {
@@ -276,6 +279,7 @@ pub async fn run(
                 pidfd: sup.pidfd,
                 status: sup.status,
                 lifeline: Some(sup.lifeline),
+                program,
             }
         }
     };
@@ -341,8 +345,11 @@ pub async fn run(
             outcome.exit_code = if outcome.timed_out { 124 } else { 130 };
             // The supervisor still reports what it repaired after killing the tree.
             #[cfg(target_os = "linux")]
-            if let Running::Supervised { status, .. } = running {
-                let _ = apply_report(&mut outcome, status, backend);
+            if let Running::Supervised {
+                status, program, ..
+            } = running
+            {
+                let _ = apply_report(&mut outcome, status, backend, &program);
                 outcome.exit_code = if outcome.timed_out { 124 } else { 130 };
                 outcome.signal = None;
             }
@@ -368,7 +375,9 @@ pub async fn run(
             check_bwrap_status(&mut outcome, status, &stderr_head)?;
         }
         #[cfg(target_os = "linux")]
-        Running::Supervised { status, .. } => apply_report(&mut outcome, status, backend)?,
+        Running::Supervised {
+            status, program, ..
+        } => apply_report(&mut outcome, status, backend, &program)?,
     }
     Ok(outcome)
 }
@@ -380,12 +389,25 @@ fn check_bwrap_status(
     status: std::process::ExitStatus,
     stderr_head: &[u8],
 ) -> Result<(), SandboxError> {
+    // bwrap says why it failed in one `bwrap: ` line and exits 1. Its exec of the command
+    // failing (a missing `#!` interpreter, a masked path) is the command's 127 or 126,
+    // as on the other backends; anything else before the command is a set-up failure.
+    // More than one line of stderr means the command ran and wrote it.
+    let text = String::from_utf8_lossy(stderr_head);
+    let one_bwrap_line = text.starts_with("bwrap: ") && text.trim_end().lines().count() == 1;
     match status.code() {
-        Some(1) if stderr_head.starts_with(b"bwrap: ") => {
-            let text = String::from_utf8_lossy(stderr_head);
+        Some(1) if one_bwrap_line => {
+            let line = text.trim_end().trim_start_matches("bwrap: ");
+            if let Some(failed) = line.strip_prefix("execvp ") {
+                let message = format!("cannot execute the command: {failed}");
+                return Err(if failed.ends_with("No such file or directory") {
+                    SandboxError::NotFound(message)
+                } else {
+                    SandboxError::NotExecutable(message)
+                });
+            }
             Err(SandboxError::Unavailable(format!(
-                "bubblewrap could not set up the sandbox: {}",
-                text.lines().next().unwrap_or_default()
+                "bubblewrap could not set up the sandbox: {line}"
             )))
         }
         // bwrap reports a command killed by signal N as 128+N; it cannot say more.
@@ -405,6 +427,7 @@ fn apply_report(
     outcome: &mut Outcome,
     status: OwnedFd,
     backend: Backend,
+    program: &str,
 ) -> Result<(), SandboxError> {
     use crate::sandbox::linux::supervisor::{Ending, Report};
     use std::io::Read;
@@ -428,13 +451,13 @@ fn apply_report(
         Some(Report::Killed) => outcome.exit_code = 124,
         Some(Report::ExecFailed { errno }) if errno == libc::ENOENT => {
             return Err(SandboxError::NotFound(format!(
-                "cannot execute the command: {}",
+                "cannot execute the command {program}: {}",
                 errno_text(errno)
             )))
         }
         Some(Report::ExecFailed { errno }) => {
             return Err(SandboxError::NotExecutable(format!(
-                "cannot execute the command: {}",
+                "cannot execute the command {program}: {}",
                 errno_text(errno)
             )))
         }

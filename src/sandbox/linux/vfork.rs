@@ -134,6 +134,11 @@ pub struct ExecImage {
 }
 
 impl ExecImage {
+    /// The path that is executed.
+    pub fn program(&self) -> &std::ffi::CStr {
+        &self.program
+    }
+
     /// `argv` is the whole argument vector, argv[0] included.
     pub fn new(
         program: &Path,
