@@ -202,6 +202,9 @@ impl ToolResult {
     }
 }
 
+/// Held while a file tool runs, across every toolbox of the process.
+static FILE_TOOLS: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 /// The tools bound to one session's policy and sandbox backend.
 #[derive(Debug, Clone)]
 pub struct Toolbox {
@@ -316,9 +319,15 @@ impl Toolbox {
             Err(e) => return e,
         };
         let policy = Arc::clone(&self.policy);
-        tokio::task::spawn_blocking(move || T::run(&policy, args))
-            .await
-            .unwrap_or_else(|e| ToolResult::error(format!("{} failed: {e}", T::NAME)))
+        tokio::task::spawn_blocking(move || {
+            // One file tool at a time: a model's parallel edits of one file would otherwise
+            // read, replace and write over each other (lost updates, reads of a file
+            // caught truncated). They are quick; a poisoned lock only means one panicked.
+            let _one_at_a_time = FILE_TOOLS.lock().unwrap_or_else(|e| e.into_inner());
+            T::run(&policy, args)
+        })
+        .await
+        .unwrap_or_else(|e| ToolResult::error(format!("{} failed: {e}", T::NAME)))
     }
 }
 
@@ -665,6 +674,28 @@ mod tests {
             .await;
         assert!(r.ok, "{}", r.text);
         assert!(r.text.contains("hello"));
+    }
+
+    /// Forty edits of forty lines of one file, all at once: every one lands.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn parallel_edits_of_one_file_all_land() {
+        let fx = Fixture::new();
+        let lines: Vec<String> = (0..40).map(|i| format!("line-{i:02}")).collect();
+        std::fs::write(fx.ws.join("race.txt"), lines.join("\n") + "\n").unwrap();
+        let tb = Toolbox::new(fx.policy.clone(), Backend::None);
+        let edits = lines.iter().map(|line| {
+            let tb = tb.clone();
+            let args =
+                json!({"path": "race.txt", "old_string": line, "new_string": line.to_uppercase()});
+            tokio::spawn(async move { tb.call("edit_file", args).await })
+        });
+        for result in futures::future::join_all(edits).await {
+            let result = result.unwrap();
+            assert!(result.ok, "{}", result.text);
+        }
+        let text = std::fs::read_to_string(fx.ws.join("race.txt")).unwrap();
+        let want: Vec<String> = lines.iter().map(|l| l.to_uppercase()).collect();
+        assert_eq!(text, want.join("\n") + "\n");
     }
 
     #[tokio::test]
