@@ -381,6 +381,24 @@ fn openai_parallel_calls_are_answered_by_id() {
     );
 }
 
+/// A stream that breaks off mid-answer (no finish_reason, no [DONE]) is an error, not
+/// an answer.
+#[test]
+fn an_openai_stream_cut_off_midway_is_not_an_answer() {
+    let fx = Fixture::new();
+    let server = ModelServer::start(vec![Reply::Sse(vec![
+        json!({"choices": [{"index": 0, "delta": {"content": "Yes, it is safe to delete the"}}]}),
+    ])]);
+    let run = Agent::new(&fx, "openai", &server).run("is it safe?");
+    assert_eq!(run.code, Some(1), "{}", run.stderr);
+    assert!(
+        run.stderr
+            .contains("the stream ended before the reply was complete"),
+        "{}",
+        run.stderr
+    );
+}
+
 #[test]
 fn openai_streaming_calls_are_assembled_and_answered() {
     let fx = Fixture::new();
@@ -400,6 +418,8 @@ fn openai_streaming_calls_are_assembled_and_answered() {
         Reply::Sse(vec![
             chunk(json!({"content": "Done "})),
             chunk(json!({"content": "streaming."})),
+            json!({"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]}),
+            json!("[DONE]"),
         ]),
     ]);
     let run = Agent::new(&fx, "openai", &server)
@@ -931,8 +951,12 @@ fn chat_streams_answers_and_keeps_the_conversation() {
         Reply::Sse(vec![
             chunk(json!({"content": "first "})),
             chunk(json!({"content": "answer"})),
+            json!("[DONE]"),
         ]),
-        Reply::Sse(vec![chunk(json!({"content": "second answer"}))]),
+        Reply::Sse(vec![
+            chunk(json!({"content": "second answer"})),
+            json!("[DONE]"),
+        ]),
     ]);
     let agent = Agent::new(&fx, "openai", &server);
     let mut child = agent.chat();

@@ -184,7 +184,12 @@ struct StreamedReply {
     text: String,
     calls: BTreeMap<u64, PartialCall>,
     usage: Option<Usage>,
+    /// `[DONE]` arrived.
     done: bool,
+    /// The `finish_reason` of the choice, once the server gave one.
+    finish_reason: Option<String>,
+    /// The server sent one whole message instead of deltas.
+    whole: bool,
 }
 
 impl StreamedReply {
@@ -209,9 +214,13 @@ impl StreamedReply {
         }
         // A server that ignores `stream` answers with one whole message instead.
         let choice = &chunk["choices"][0];
+        if let Some(reason) = choice["finish_reason"].as_str() {
+            self.finish_reason = Some(reason.to_string());
+        }
         let delta = if choice["delta"].is_object() {
             &choice["delta"]
         } else {
+            self.whole |= choice["message"].is_object();
             &choice["message"]
         };
         if let Some(text) = delta["content"].as_str() {
@@ -240,8 +249,21 @@ impl StreamedReply {
     }
 
     fn finish(self, ids: &AtomicU64) -> Result<Reply, ProviderError> {
+        // A stream that stops without saying it is finished was cut off: what arrived is
+        // part of an answer, and must not be taken for the whole of it.
+        let complete = self.done || self.finish_reason.is_some() || self.whole;
+        if !complete && !(self.text.is_empty() && self.calls.is_empty()) {
+            return Err(ProviderError::bad_reply(
+                "openai API: the stream ended before the reply was complete (no finish_reason \
+                 and no [DONE]); the connection was probably cut",
+            ));
+        }
+        let mut text = self.text;
+        if self.finish_reason.as_deref() == Some("length") {
+            text.push_str("\n[chitti: the reply was cut off at the model's output token limit]");
+        }
         let mut turn = AssistantTurn {
-            text: self.text,
+            text,
             ..AssistantTurn::default()
         };
         for call in self.calls.into_values() {
@@ -358,6 +380,33 @@ mod tests {
                 output_tokens: 2
             })
         );
+    }
+
+    #[test]
+    fn a_stream_cut_off_midway_is_an_error_and_a_length_stop_is_marked() {
+        let mut sink = |_: &str| {};
+        let mut s = StreamedReply::default();
+        s.add(
+            r#"{"choices": [{"delta": {"content": "Yes, it is safe to delete the"}}]}"#,
+            &mut sink,
+        )
+        .unwrap();
+        let e = s.finish(&AtomicU64::new(1)).unwrap_err();
+        assert!(e.message.contains("before the reply was complete"), "{e}");
+
+        let mut s = StreamedReply::default();
+        for chunk in [
+            r#"{"choices": [{"delta": {"content": "Long answer"}}]}"#,
+            r#"{"choices": [{"delta": {}, "finish_reason": "length"}]}"#,
+        ] {
+            s.add(chunk, &mut sink).unwrap();
+        }
+        let reply = s.finish(&AtomicU64::new(1)).unwrap();
+        assert!(reply.turn.text.starts_with("Long answer"));
+        assert!(reply
+            .turn
+            .text
+            .contains("cut off at the model's output token limit"));
     }
 
     #[test]

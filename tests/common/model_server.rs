@@ -126,7 +126,11 @@ fn respond(mut stream: TcpStream, reply: Reply) {
         Reply::Sse(events) => {
             let body: String = events
                 .iter()
-                .map(|e| format!("data: {e}\r\n\r\n"))
+                // A JSON string is sent as its bare text (the `[DONE]` sentinel).
+                .map(|e| match e.as_str() {
+                    Some(text) => format!("data: {text}\r\n\r\n"),
+                    None => format!("data: {e}\r\n\r\n"),
+                })
                 .collect();
             (
                 200,
