@@ -252,7 +252,8 @@ impl StreamedReply {
         // A stream that stops without saying it is finished was cut off: what arrived is
         // part of an answer, and must not be taken for the whole of it.
         let complete = self.done || self.finish_reason.is_some() || self.whole;
-        if !complete && !(self.text.is_empty() && self.calls.is_empty()) {
+        let nothing_arrived = self.text.is_empty() && self.calls.is_empty();
+        if !complete && !nothing_arrived {
             return Err(ProviderError::bad_reply(
                 "openai API: the stream ended before the reply was complete (no finish_reason \
                  and no [DONE]); the connection was probably cut",
