@@ -31,18 +31,30 @@ pub struct ChittiDirs {
     pub config: PathBuf,
     /// Event logs (`~/.local/state/chitti`).
     pub state: PathBuf,
+    /// The user's home in the user database, when `HOME` names another directory: its
+    /// credentials are hidden too (a client that starts chitti with a different HOME
+    /// must not uncover the real ~/.ssh).
+    pub user_home: Option<PathBuf>,
 }
 
 impl ChittiDirs {
     /// From `HOME`, `XDG_CONFIG_HOME` and `XDG_STATE_HOME`, falling back to the passwd entry.
     pub fn from_env() -> Result<Self, PolicyError> {
+        let from_passwd = home_from_passwd();
         let home = std::env::var_os("HOME")
             .filter(|h| !h.is_empty())
             .map(PathBuf::from)
-            .or_else(home_from_passwd)
+            .or_else(|| from_passwd.clone())
             .ok_or_else(|| {
                 PolicyError::Path("cannot tell the home directory: set HOME".to_string())
             })?;
+        if !home.is_absolute() {
+            return Err(PolicyError::Path(format!(
+                "HOME is `{}`, which is not an absolute path; set HOME to your home directory",
+                home.display()
+            )));
+        }
+        let user_home = from_passwd.filter(|h| *h != home && h.is_absolute());
         let xdg = |var: &str, default: &str| {
             std::env::var_os(var)
                 .map(PathBuf::from)
@@ -53,6 +65,7 @@ impl ChittiDirs {
             config: xdg("XDG_CONFIG_HOME", ".config").join("chitti"),
             state: xdg("XDG_STATE_HOME", ".local/state").join("chitti"),
             home,
+            user_home,
         })
     }
 
@@ -171,6 +184,10 @@ impl Policy {
 
         let mut deny_candidates =
             credentials::builtin(&dirs.home, &[dirs.config.clone(), dirs.state.clone()]);
+        if let Some(user_home) = &dirs.user_home {
+            let own = [".config/chitti", ".local/state/chitti"].map(|d| user_home.join(d));
+            deny_candidates.extend(credentials::builtin(user_home, &own));
+        }
         for entry in &profile.deny_read {
             let path = expand(entry, &workspace, &dirs.home).map_err(|e| {
                 PolicyError::Profile(format!(
@@ -353,6 +370,28 @@ mod tests {
             home: home.to_path_buf(),
             config: home.join(".config/chitti"),
             state: home.join(".local/state/chitti"),
+            user_home: None,
+        }
+    }
+
+    #[test]
+    fn credentials_of_the_user_database_home_are_hidden_when_home_points_elsewhere() {
+        let dir = tempfile::tempdir().unwrap();
+        let real = dir.path().join("real");
+        let other = dir.path().join("other");
+        for home in [&real, &other] {
+            std::fs::create_dir_all(home.join(".ssh")).unwrap();
+        }
+        let ws = dir.path().join("ws");
+        std::fs::create_dir(&ws).unwrap();
+        let mut dirs = dirs_in(&other);
+        dirs.user_home = Some(real.clone());
+        let profile = profile::load("workspace-write", None).unwrap();
+        let policy =
+            Policy::resolve(&profile, &ws, &Overrides::default(), &dirs, Vec::new()).unwrap();
+        for home in [&real, &other] {
+            let ssh = home.join(".ssh").canonicalize().unwrap();
+            assert!(policy.deny_read.contains(&ssh), "{:?}", policy.deny_read);
         }
     }
 

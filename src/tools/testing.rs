@@ -58,6 +58,7 @@ impl Fixture {
             home: home.clone(),
             config: home.join(".config/chitti"),
             state: home.join(".local/state/chitti"),
+            user_home: None,
         };
         let env: Vec<(OsString, OsString)> = std::env::vars_os()
             .filter(|(k, _)| k != "HOME")

@@ -142,6 +142,7 @@ impl Lab {
             home: home.clone(),
             config: home.join(".config/chitti"),
             state: home.join(".local/state/chitti"),
+            user_home: None,
         };
         let mut env: Vec<(OsString, OsString)> =
             std::env::vars_os().filter(|(k, _)| k != "HOME").collect();
