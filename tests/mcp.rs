@@ -8,8 +8,8 @@ use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use common::{
-    chitti_bin, ensure_backend, marker, read, sleepers, unique_sleep, write, Fixture, SleepReaper,
-    PATH,
+    chitti_bin, ensure_backend, marker, read, sleepers, unique_sleep, wait_until, write, Fixture,
+    SleepReaper, PATH,
 };
 use rmcp::model::{CallToolRequestParams, CallToolResult};
 use rmcp::service::{RoleClient, RunningService, ServiceError};
@@ -606,4 +606,57 @@ async fn credentials_created_after_the_server_started_stay_unreadable() {
         )
         .await;
     assert!(read.is_error && !read.text.contains(&aws), "{read:?}");
+}
+
+/// A client that closes stdin is gone: its running commands are killed at once, not left
+/// to finish while the session winds down (rmcp waits up to 5 s for calls in flight).
+#[test]
+fn closing_stdin_kills_running_commands() {
+    use std::io::Write;
+    let fx = Fixture::new();
+    // Long enough to be caught running, short enough to finish inside rmcp's 5 s wait.
+    let secs = format!("3.{}", &unique_sleep()[1..]);
+    let _reaper = SleepReaper(secs.clone());
+    let mut server = std::process::Command::new(chitti_bin())
+        .args(["mcp", "-w"])
+        .arg(&fx.ws)
+        .current_dir(&fx.ws)
+        .env_clear()
+        .env("PATH", PATH)
+        .env("HOME", &fx.home)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start chitti mcp");
+    let mut stdin = server.stdin.take().unwrap();
+    let call = json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {
+        "name": "execute_bash", "arguments": {"command": format!("sleep {secs}; echo > late")}}});
+    for message in [
+        json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+            "protocolVersion": "2025-06-18", "capabilities": {},
+            "clientInfo": {"name": "t", "version": "0"}}}),
+        json!({"jsonrpc": "2.0", "method": "notifications/initialized"}),
+        call,
+    ] {
+        writeln!(stdin, "{message}").unwrap();
+    }
+    let started = wait_until(Duration::from_secs(10), || !sleepers(&secs).is_empty());
+    drop(stdin);
+    let exited = wait_until(Duration::from_secs(15), || {
+        server.try_wait().unwrap().is_some()
+    });
+    if !exited {
+        let _ = server.kill();
+    }
+    assert!(started, "the command never started");
+    assert!(exited, "the server did not exit after its stdin closed");
+    assert!(
+        sleepers(&secs).is_empty(),
+        "the command outlived the server"
+    );
+    assert!(
+        !fx.ws("late").exists(),
+        "the command ran to its end after the client had closed stdin"
+    );
 }

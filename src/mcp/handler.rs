@@ -68,6 +68,11 @@ impl McpTools {
         }
     }
 
+    /// Cancelling it kills every running command (as `shut_down` does, without waiting).
+    pub fn shutdown_token(&self) -> CancellationToken {
+        self.shutdown.clone()
+    }
+
     /// Kills every running command and waits (at most `limit`) until each call has
     /// cleaned up after itself (sandbox torn down, protected paths restored).
     pub async fn shut_down(&self, limit: std::time::Duration) -> bool {

@@ -10,6 +10,7 @@
 //!
 //! stdout carries the protocol and nothing else; logs go to stderr.
 
+mod eof;
 mod handler;
 
 use std::future::Future;
@@ -37,9 +38,14 @@ pub async fn serve(
     let session = async {
         // With pipes (how clients start servers), reads and writes stay on the I/O
         // reactor instead of a blocking thread per message.
+        let (stdin, stdout) = rmcp::transport::stdio_pipes();
+        let stdin = eof::EofSignal {
+            inner: stdin,
+            on_eof: tools.shutdown_token(),
+        };
         let running = tools
             .clone()
-            .serve_with_ct(rmcp::transport::stdio_pipes(), stopping.clone())
+            .serve_with_ct((stdin, stdout), stopping.clone())
             .await
             .map_err(|e| format!("the MCP session did not start: {e}"))?;
         running
