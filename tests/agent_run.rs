@@ -815,6 +815,47 @@ fn bad_input_is_refused_before_any_request() {
     assert!(server.requests().is_empty());
 }
 
+/// A malformed base URL is bad input, named with where it came from, not a network
+/// error retried for seconds.
+#[test]
+fn a_malformed_base_url_is_refused_at_once() {
+    let fx = Fixture::new();
+    for url in [
+        "http://",
+        "http://exa mple.com",
+        "http://[::1",
+        "ftp://example.com",
+    ] {
+        let out = Command::new(common::chitti_bin())
+            .args([
+                "run",
+                "--provider",
+                "openai",
+                "--model",
+                MODEL,
+                "--base-url",
+                url,
+            ])
+            .arg("--events")
+            .arg(fx.root.join("events.jsonl"))
+            .arg("hi")
+            .current_dir(&fx.ws)
+            .env_clear()
+            .env("PATH", PATH)
+            .env("HOME", &fx.home)
+            .env("OPENAI_API_KEY", "k")
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{url}: {stderr}");
+        assert!(
+            stderr.contains(&format!("--base-url `{url}`")),
+            "{url}: {stderr}"
+        );
+    }
+}
+
 // --- Events --------------------------------------------------------------------------
 
 #[test]

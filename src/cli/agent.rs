@@ -221,9 +221,25 @@ fn build_provider(
     let model = args.model.clone().or_else(|| settings.model.clone());
     let base_url = args.base_url.clone().or_else(|| settings.base_url.clone());
     if let Some(url) = &base_url {
-        if !(url.starts_with("http://") || url.starts_with("https://")) {
+        let source = if args.base_url.is_some() {
+            "--base-url".to_string()
+        } else {
+            let section = match name {
+                ProviderName::Gemini => "gemini",
+                ProviderName::Openai => "openai",
+            };
+            format!("base_url in the config's [{section}] section")
+        };
+        // Parsed now, so that a typo is bad input (exit 2) rather than a network error
+        // retried four times.
+        let parsed = reqwest::Url::parse(url).map_err(|e| {
+            bad_input(format!(
+                "{source} `{url}` is not a valid URL ({e}); e.g. http://localhost:11434/v1"
+            ))
+        })?;
+        if !matches!(parsed.scheme(), "http" | "https") || parsed.host_str().is_none() {
             return Err(bad_input(format!(
-                "--base-url {url}: expected an http:// or https:// URL"
+                "{source} `{url}`: expected an http:// or https:// URL with a host"
             )));
         }
     }
