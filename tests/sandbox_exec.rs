@@ -54,6 +54,7 @@ on_both_backends!(
     git_protection_survives_sigkill_of_chitti,
     // 3. credentials and devices
     credentials_are_unreadable,
+    root_only_system_secrets_are_unreadable,
     credentials_cannot_be_linked_or_copied_into_workspace,
     raw_devices_are_unreadable,
     proc_kcore_is_unreadable,
@@ -622,6 +623,28 @@ fn credentials_are_unreadable(backend: &str) {
     assert!(
         leaked.is_empty(),
         "credentials were readable: {leaked:?}\n{ran}"
+    );
+}
+
+/// Run as root, the sandbox is uid 0 too, the owner of /etc/shadow: chitti must hide it.
+/// (For anyone else the file's mode does; the check is the same.)
+fn root_only_system_secrets_are_unreadable(backend: &str) {
+    let fx = Fixture::new();
+    let ran = fx
+        .chitti(backend)
+        .sh("cat /etc/shadow /etc/gshadow; echo END-OF-SECRETS; cat /etc/passwd");
+    let (secrets, rest) = ran
+        .stdout
+        .split_once("END-OF-SECRETS")
+        .unwrap_or_else(|| panic!("the probe did not run:\n{ran}"));
+    assert!(
+        rest.contains("root:x:0:0"),
+        "positive control: /etc/passwd must be readable:\n{ran}"
+    );
+    assert!(
+        secrets.trim().is_empty(),
+        "/etc/shadow or /etc/gshadow was readable in the sandbox (uid {}):\n{ran}",
+        unsafe { libc::geteuid() }
     );
 }
 

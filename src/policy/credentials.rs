@@ -37,6 +37,19 @@ pub const HOME_CREDENTIALS: &[&str] = &[
     ".claude/.credentials.json",
 ];
 
+/// Secrets outside every home that only root may read. A sandbox started by root is still
+/// uid 0, their owner, and dropping capabilities does not change that; so they are hidden
+/// when chitti runs as root. (For anyone else, their modes already keep them out.)
+pub const ROOT_ONLY: &[&str] = &[
+    "/etc/shadow",
+    "/etc/shadow-",
+    "/etc/gshadow",
+    "/etc/gshadow-",
+    "/etc/ssh/ssh_host_*",
+    "/etc/ssl/private",
+    "/etc/security/opasswd",
+];
+
 /// Expands the built-in list for `home`, plus chitti's own config and state directories
 /// (they hold API keys and conversation logs). Globs are expanded against the directory
 /// as it is now; a path that does not exist is returned as-is so that callers can decide.

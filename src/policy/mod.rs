@@ -188,6 +188,14 @@ impl Policy {
             let own = [".config/chitti", ".local/state/chitti"].map(|d| user_home.join(d));
             deny_candidates.extend(credentials::builtin(user_home, &own));
         }
+        if nix::unistd::geteuid().is_root() {
+            for path in credentials::ROOT_ONLY {
+                // Only what exists: the backends need not cover files root never had.
+                let mut found = Vec::new();
+                credentials::expand_into(Path::new(path), &mut found);
+                deny_candidates.extend(found.into_iter().filter(|p| p.exists()));
+            }
+        }
         for entry in &profile.deny_read {
             let path = expand(entry, &workspace, &dirs.home).map_err(|e| {
                 PolicyError::Profile(format!(
