@@ -785,6 +785,11 @@ fn bad_input_is_refused_before_any_request() {
         let run = agent.run("hi");
         assert_eq!(run.code, Some(2), "{expected}: {}", run.stderr);
         assert!(
+            !agent.events.exists(),
+            "{expected}: a refused run left an event log at {}",
+            agent.events.display()
+        );
+        assert!(
             run.stderr.contains(expected),
             "expected `{expected}` in: {}",
             run.stderr

@@ -18,29 +18,36 @@ pub struct EventLog {
 
 impl EventLog {
     /// Opens (appends to) `path`, creating it private to the user.
+    /// Opens (or creates) the log at a path the user named; its directory must exist.
     pub fn open(path: &Path) -> Result<EventLog, String> {
-        use std::os::unix::fs::OpenOptionsExt;
-        if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
-            if !parent.is_dir() {
-                std::fs::create_dir_all(parent).map_err(|e| {
-                    format!(
-                        "cannot create the event log directory {}: {e}",
-                        parent.display()
-                    )
-                })?;
-            }
-        }
+        use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
         let file = OpenOptions::new()
             .append(true)
             .create(true)
             .mode(0o600)
             .open(path)
             .map_err(|e| format!("cannot open the event log {}: {e}", path.display()))?;
+        // The log holds the conversation: private even when the file already existed.
+        file.set_permissions(std::fs::Permissions::from_mode(0o600))
+            .map_err(|e| format!("cannot make the event log {} private: {e}", path.display()))?;
         Ok(EventLog {
             path: path.to_path_buf(),
             file: Mutex::new(file),
             failed: Default::default(),
         })
+    }
+
+    /// Like [`EventLog::open`], creating the directories of chitti's own default path.
+    pub fn open_creating_dirs(path: &Path) -> Result<EventLog, String> {
+        if let Some(parent) = path.parent().filter(|p| !p.is_dir()) {
+            std::fs::create_dir_all(parent).map_err(|e| {
+                format!(
+                    "cannot create the event log directory {}: {e}",
+                    parent.display()
+                )
+            })?;
+        }
+        EventLog::open(path)
     }
 
     /// A new log under `state_dir/events/`, named after the time and the process.
@@ -125,7 +132,7 @@ mod tests {
         use std::os::unix::fs::PermissionsExt;
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("sub/log.jsonl");
-        let log = EventLog::open(&path).unwrap();
+        let log = EventLog::open_creating_dirs(&path).unwrap();
         log.log("request", json!({"step": 1}));
         log.log("final", json!({"answer": "a\nb"}));
         let text = std::fs::read_to_string(&path).unwrap();
@@ -139,6 +146,20 @@ mod tests {
         assert_eq!(lines[1]["answer"], "a\nb");
         let mode = std::fs::metadata(&path).unwrap().permissions().mode();
         assert_eq!(mode & 0o077, 0);
+    }
+
+    #[test]
+    fn an_existing_log_is_made_private_and_a_named_one_needs_its_directory() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("log.jsonl");
+        std::fs::write(&path, "").unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).unwrap();
+        EventLog::open(&path).unwrap();
+        let mode = std::fs::metadata(&path).unwrap().permissions().mode();
+        assert_eq!(mode & 0o077, 0);
+        assert!(EventLog::open(&dir.path().join("missing/log.jsonl")).is_err());
+        assert!(!dir.path().join("missing").exists());
     }
 
     #[test]

@@ -6,7 +6,7 @@
 //! workspace); 125 the sandbox asked for with `--backend` cannot be set up.
 
 use std::io::{IsTerminal, Write};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use serde_json::json;
@@ -84,13 +84,18 @@ impl Session {
                  without asking (anything outside the sandbox is still asked about)"
             );
         }
-        let events_path = args
-            .events
-            .clone()
-            .unwrap_or_else(|| EventLog::default_path(&dirs.state));
-        let events = Arc::new(EventLog::open(&events_path).map_err(bad_input)?);
-
-        let provider = build_provider(args, &config, stream, &events)?;
+        // The provider's input is checked before the log exists: a refused run leaves
+        // no empty log behind. Its retry notices reach the log once it is open.
+        let late_events: Arc<OnceLock<Arc<EventLog>>> = Arc::default();
+        let provider = build_provider(args, &config, stream, &late_events)?;
+        let events = Arc::new(
+            match &args.events {
+                Some(path) => EventLog::open(path),
+                None => EventLog::open_creating_dirs(&EventLog::default_path(&dirs.state)),
+            }
+            .map_err(bad_input)?,
+        );
+        let _ = late_events.set(Arc::clone(&events));
         let mut toolbox = Toolbox::resolving_each_call(policy, source, backend);
         toolbox.allow_sandbox_false = config.allow_unsandboxed;
         if let Some(cap) = config.output_cap {
@@ -190,7 +195,7 @@ fn build_provider(
     args: &AgentArgs,
     config: &Config,
     stream: bool,
-    events: &Arc<EventLog>,
+    events: &Arc<OnceLock<Arc<EventLog>>>,
 ) -> Result<AnyProvider, Refusal> {
     let name = args
         .provider
@@ -209,11 +214,13 @@ fn build_provider(
                 notice.attempt,
                 notice.max_attempts
             );
-            events.log(
-                "api_retry",
-                json!({"reason": notice.reason, "wait_ms": notice.wait.as_millis() as u64,
-                       "attempt": notice.attempt}),
-            );
+            if let Some(events) = events.get() {
+                events.log(
+                    "api_retry",
+                    json!({"reason": notice.reason, "wait_ms": notice.wait.as_millis() as u64,
+                           "attempt": notice.attempt}),
+                );
+            }
         })),
         ..HttpOptions::default()
     };
