@@ -1523,3 +1523,33 @@ fn sandbox_test_with_a_workspace_leaves_its_repository_alone() {
     );
     assert_eq!(fx.git(&["status", "--porcelain"]), "");
 }
+
+/// `sandbox profile` shows what a call gets: one seccomp descriptor and the status
+/// descriptor (as `prepare` passes them), the caller's directory inside the workspace, and
+/// for `auto` the backend this machine would pick.
+#[test]
+fn sandbox_profile_shows_the_real_call() {
+    let fx = Fixture::new();
+    std::fs::create_dir(fx.ws("src")).unwrap();
+    let profile = |backend: &str| {
+        let out = std::process::Command::new(chitti_bin())
+            .args(["sandbox", "profile", "--backend", backend, "-w"])
+            .arg(&fx.ws)
+            .current_dir(fx.ws("src"))
+            .env("HOME", &fx.home)
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(0), "{out:?}");
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let bwrap = profile("bwrap");
+    assert_eq!(bwrap.matches("--add-seccomp-fd").count(), 1, "{bwrap}");
+    assert!(bwrap.contains("--json-status-fd"), "{bwrap}");
+    let chdir = format!("--chdir {}", fx.ws("src").canonicalize().unwrap().display());
+    assert!(bwrap.contains(&chdir), "{bwrap}");
+    let auto = profile("auto");
+    assert!(
+        auto.contains("auto picks bwrap") || auto.contains("auto picks landlock"),
+        "{auto}"
+    );
+}

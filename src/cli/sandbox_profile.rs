@@ -63,18 +63,38 @@ fn render(
             .collect());
     };
     let mut out = describe_policy(&policy, &profile.description);
+    // `auto` shows what a call here would really get, or why it would be refused.
     let backend = match backend {
-        BackendChoice::Auto if cfg!(target_os = "macos") => BackendChoice::Seatbelt,
-        BackendChoice::Auto => BackendChoice::Bwrap,
+        BackendChoice::Auto => {
+            let selection = crate::sandbox::select(
+                BackendChoice::Auto,
+                crate::sandbox::Capabilities::get(),
+                &dirs.state,
+            )
+            .map_err(|e| format!("--backend auto: {e}"))?;
+            out.push_str(&format!(
+                "\nauto picks {}: {}\n",
+                selection.backend.name(),
+                selection.reason
+            ));
+            match selection.backend {
+                crate::sandbox::Backend::Landlock => BackendChoice::Landlock,
+                crate::sandbox::Backend::Seatbelt => BackendChoice::Seatbelt,
+                _ => BackendChoice::Bwrap,
+            }
+        }
         other => other,
     };
+    // As `sandbox exec` would: the caller's directory when it lies in the workspace.
+    let cwd = policy.working_dir(std::env::current_dir().ok().as_deref());
     let command: Vec<std::ffi::OsString> = vec!["COMMAND".into(), "ARGS...".into()];
     match backend {
         BackendChoice::Bwrap => {
+            // The descriptor numbers are examples: a real call passes whichever are free.
             let call = bwrap_args::CallArgs {
-                cwd: policy.workspace.clone(),
-                seccomp_fds: vec![3, 4, 5],
-                status_fd: None,
+                cwd,
+                seccomp_fds: vec![3],
+                status_fd: Some(4),
             };
             out.push_str("\nbackend bwrap: bwrap");
             for arg in bwrap_args::args(&policy, &call, &command) {
@@ -87,7 +107,7 @@ fn render(
                 out.push_str(&shell_quote(&arg));
             }
             out.push_str(&format!(
-                "\n  fds 3-5: seccomp programs ({})\n  environment: the allow-list above, TMPDIR=/tmp\n  limits on bwrap: {}\n",
+                "\n  fd 3: the seccomp program ({}); fd 4: bwrap's JSON status (the child's pid)\n  environment: the allow-list above, TMPDIR=/tmp\n  limits on bwrap: {}\n",
                 seccomp_summary(policy.network),
                 Rlimits::from(&policy.limits).describe()
             ));
