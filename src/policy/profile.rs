@@ -22,6 +22,7 @@ pub const DEFAULT_PROFILE: &str = "workspace-write";
 
 /// How deep `extends` chains may go; deeper is almost certainly a cycle.
 const MAX_EXTENDS_DEPTH: usize = 8;
+const CYCLE_HINT: &str = "is there a cycle?";
 
 /// A profile as written. Every field is optional so that `extends` can fill the gaps;
 /// unknown keys are errors, so a typo never silently weakens a profile.
@@ -124,7 +125,7 @@ fn load_at_depth(
 ) -> Result<Profile, PolicyError> {
     if depth > MAX_EXTENDS_DEPTH {
         return Err(PolicyError::Profile(format!(
-            "profile `{spec}`: `extends` chain deeper than {MAX_EXTENDS_DEPTH}; is there a cycle?"
+            "profile `{spec}`: `extends` chain deeper than {MAX_EXTENDS_DEPTH}; {CYCLE_HINT}"
         )));
     }
     let (source, text) = locate(spec, user_profile_dir)?;
@@ -142,15 +143,42 @@ fn load_at_depth(
             .unwrap_or_else(|| spec.to_string()),
     };
     let base = match &raw.extends {
-        Some(parent) => Some(load_at_depth(parent, user_profile_dir, depth + 1)?),
+        Some(parent) => {
+            // A relative path is relative to the file that names it, not to wherever
+            // chitti was started.
+            let parent_spec = match &source {
+                Source::File(file)
+                    if looks_like_path(parent) && Path::new(parent).is_relative() =>
+                {
+                    let dir = file.parent().unwrap_or(Path::new("."));
+                    dir.join(parent).to_string_lossy().into_owned()
+                }
+                _ => parent.clone(),
+            };
+            Some(
+                load_at_depth(&parent_spec, user_profile_dir, depth + 1).map_err(|e| {
+                    // Each level names the file that pointed further, except in a cycle,
+                    // whose message already says what went wrong.
+                    if matches!(&e, PolicyError::Profile(m) if m.contains(CYCLE_HINT)) {
+                        e
+                    } else {
+                        PolicyError::Profile(format!("{source}: extends = \"{parent}\": {e}"))
+                    }
+                })?,
+            )
+        }
         None => None,
     };
     merge(name, &source, raw, base)
 }
 
+/// A profile spec naming a file rather than a built-in or user profile.
+fn looks_like_path(spec: &str) -> bool {
+    spec.contains('/') || spec.ends_with(".toml")
+}
+
 fn locate(spec: &str, user_profile_dir: Option<&Path>) -> Result<(Source, String), PolicyError> {
-    let looks_like_path = spec.contains('/') || spec.ends_with(".toml");
-    if looks_like_path {
+    if looks_like_path(spec) {
         let path = PathBuf::from(spec);
         let text = std::fs::read_to_string(&path).map_err(|e| {
             PolicyError::Profile(format!(
@@ -166,8 +194,15 @@ fn locate(spec: &str, user_profile_dir: Option<&Path>) -> Result<(Source, String
     }
     if let Some(dir) = user_profile_dir {
         let path = dir.join(format!("{spec}.toml"));
-        if let Ok(text) = std::fs::read_to_string(&path) {
-            return Ok((Source::File(path), text));
+        match std::fs::read_to_string(&path) {
+            Ok(text) => return Ok((Source::File(path), text)),
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                return Err(PolicyError::Profile(format!(
+                    "cannot read profile file {}: {e}",
+                    path.display()
+                )))
+            }
+            Err(_) => {}
         }
     }
     let user_hint = user_profile_dir
@@ -258,6 +293,23 @@ fn merge(
             "{source}: limits.timeout_seconds must be at least 1"
         )));
     }
+    // Below these, not even the dynamic loader of `sh` starts (or bubblewrap itself, which
+    // runs under the same limits): the command would fail as "not found" for no visible
+    // reason, so the profile is refused instead.
+    let l = &profile.limits;
+    for (key, value, least) in [
+        ("max_processes", l.max_processes, 8),
+        ("max_open_files", l.max_open_files, 16),
+        ("max_file_size_mb", l.max_file_size_mb, 1),
+        ("max_memory_mb", l.max_memory_mb, 64),
+    ] {
+        if let Some(value) = value.filter(|v| *v < least) {
+            return Err(PolicyError::Profile(format!(
+                "{source}: limits.{key} = {value} is too low for a program to start; use at \
+                 least {least}, or leave it out for no limit"
+            )));
+        }
+    }
     Ok(profile)
 }
 
@@ -270,6 +322,45 @@ mod tests {
         let path = dir.path().join("p.toml");
         std::fs::write(&path, text).unwrap();
         load(path.to_str().unwrap(), None)
+    }
+
+    #[test]
+    fn extends_is_relative_to_the_file_and_errors_name_it() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir(dir.path().join("prof")).unwrap();
+        std::fs::write(
+            dir.path().join("prof/base.toml"),
+            "extends = \"workspace-write\"\ndescription = \"base\"\n",
+        )
+        .unwrap();
+        let child = dir.path().join("prof/child.toml");
+        std::fs::write(&child, "extends = \"./base.toml\"\n").unwrap();
+        let p = load(child.to_str().unwrap(), None).unwrap();
+        assert_eq!(p.description, "base");
+        std::fs::write(&child, "extends = \"nope\"\n").unwrap();
+        let e = load(child.to_str().unwrap(), None).unwrap_err().to_string();
+        assert!(e.contains("child.toml: extends = \"nope\""), "{e}");
+        assert!(e.contains("unknown profile `nope`"), "{e}");
+    }
+
+    #[test]
+    fn limits_too_low_to_start_a_program_are_refused() {
+        for (key, value) in [
+            ("max_open_files", 0),
+            ("max_memory_mb", 1),
+            ("max_processes", 2),
+        ] {
+            let e = load_text(&format!(
+                "extends = \"workspace-write\"\n[limits]\n{key} = {value}\n"
+            ))
+            .unwrap_err()
+            .to_string();
+            assert!(
+                e.contains(&format!("limits.{key} = {value} is too low")),
+                "{e}"
+            );
+        }
+        load_text("extends = \"workspace-write\"\n[limits]\nmax_open_files = 64\n").unwrap();
     }
 
     #[test]
