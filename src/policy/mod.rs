@@ -196,6 +196,7 @@ impl Policy {
                 deny_candidates.extend(found.into_iter().filter(|p| p.exists()));
             }
         }
+        let from_profile = deny_candidates.len(); // the rest came from `deny_read`
         for entry in &profile.deny_read {
             let path = expand(entry, &workspace, &dirs.home).map_err(|e| {
                 PolicyError::Profile(format!(
@@ -210,7 +211,7 @@ impl Policy {
             .home
             .canonicalize()
             .unwrap_or_else(|_| dirs.home.clone());
-        for path in deny_candidates {
+        for (index, path) in deny_candidates.into_iter().enumerate() {
             // Most credential paths do not exist: one lstat, then a lexical path under the
             // canonical home, instead of resolving every ancestor.
             let exists = std::fs::symlink_metadata(&path).is_ok();
@@ -225,6 +226,17 @@ impl Policy {
             // it readable (and writable) on backends that cannot mask beneath a grant.
             for root in &writable {
                 if resolved.starts_with(root) || root.starts_with(&resolved) {
+                    if index >= from_profile {
+                        return Err(PolicyError::Profile(format!(
+                            "profile `{}`: filesystem.deny_read entry {} lies in (or holds) \
+                             the writable root {}: a path cannot be both, because Landlock \
+                             cannot take a path back out of a writable root. Keep the \
+                             secret outside the workspace, or drop the entry.",
+                            profile.name,
+                            resolved.display(),
+                            root.display()
+                        )));
+                    }
                     return Err(PolicyError::Workspace(format!(
                         "writable root {} overlaps the credential location {}: \
                          chitti cannot keep it unreadable there.\n\
@@ -380,6 +392,30 @@ mod tests {
             state: home.join(".local/state/chitti"),
             user_home: None,
         }
+    }
+
+    #[test]
+    fn a_deny_read_entry_inside_the_workspace_is_refused_naming_the_key() {
+        let dir = tempfile::tempdir().unwrap();
+        let ws = dir.path().join("ws");
+        std::fs::create_dir_all(ws.join("secret")).unwrap();
+        let file = dir.path().join("p.toml");
+        std::fs::write(
+            &file,
+            "extends = \"workspace-write\"\n[filesystem]\ndeny_read = [\"{workspace}/secret\"]\n",
+        )
+        .unwrap();
+        let profile = profile::load(file.to_str().unwrap(), None).unwrap();
+        let e = Policy::resolve(
+            &profile,
+            &ws,
+            &Overrides::default(),
+            &dirs_in(dir.path()),
+            Vec::new(),
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("filesystem.deny_read entry"), "{e}");
     }
 
     #[test]
