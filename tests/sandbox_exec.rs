@@ -1302,6 +1302,17 @@ fn bad_flag_is_125(backend: &str) {
         let ran = chitti.opts(&opts).sh(&script);
         assert_setup_error(&ran, &sentinel, &[named]);
     }
+    // With --json the refusal is also the promised JSON object on stdout.
+    let (chitti, sentinel, script) = with_sentinel(&fx, backend);
+    let ran = chitti.opts(&["--json", "--tiemout", "5"]).sh(&script);
+    assert_setup_error(&ran, &sentinel, &["--tiemout"]);
+    let json: serde_json::Value = serde_json::from_str(ran.stdout.trim())
+        .unwrap_or_else(|e| panic!("stdout is not one JSON object ({e}):\n{ran}"));
+    assert_eq!(json["exit_code"], 125, "{json}");
+    assert!(
+        json["error"].as_str().unwrap().contains("--tiemout"),
+        "{json}"
+    );
 }
 
 // ---------------------------------------------------------------------------------------

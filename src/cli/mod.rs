@@ -218,8 +218,26 @@ pub fn parse(args: Vec<OsString>) -> Cli {
     Cli::try_parse_from(&args).unwrap_or_else(|error| {
         let refused = error.use_stderr() && is_sandbox_exec(&args);
         let _ = error.print();
+        if refused && asks_for_json(&args) {
+            // `--json` promises one JSON object on stdout, refusals included.
+            let text = error.render().to_string();
+            let first = text.lines().next().unwrap_or("invalid command line");
+            let message = first.strip_prefix("error: ").unwrap_or(first);
+            out(&format!(
+                "{}\n",
+                serde_json::json!({"error": message, "exit_code": 125})
+            ));
+        }
         std::process::exit(if refused { 125 } else { error.exit_code() })
     })
+}
+
+/// Whether `--json` comes before the command (after `--` it is the command's own).
+fn asks_for_json(args: &[OsString]) -> bool {
+    args.iter()
+        .skip(3)
+        .take_while(|a| *a != "--")
+        .any(|a| a == "--json")
 }
 
 fn is_sandbox_exec(args: &[OsString]) -> bool {
