@@ -91,6 +91,7 @@ on_both_backends!(
     bad_flag_is_125,
     // 9. --json
     json_reports_every_field,
+    sigterm_to_chitti_is_143_and_cancelled,
     json_keeps_head_and_tail_of_large_output,
     json_keeps_unicode,
     // 10-12. other processes and the terminal
@@ -1318,6 +1319,29 @@ fn bad_flag_is_125(backend: &str) {
 // ---------------------------------------------------------------------------------------
 // 9. --json
 
+/// Stopped by SIGTERM, chitti kills the tree and exits 128+15 like a shell would, and
+/// `--json` says the call was cancelled.
+fn sigterm_to_chitti_is_143_and_cancelled(backend: &str) {
+    let fx = Fixture::new();
+    let child = fx
+        .chitti(backend)
+        .opt("--json")
+        .command(&["sh", "-c", "touch ready; sleep 30; touch late"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn chitti");
+    let ready = wait_until(30 * SECOND, || fx.ws("ready").exists());
+    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    let out = child.wait_with_output().unwrap();
+    assert!(ready, "the command never started");
+    assert_eq!(out.status.code(), Some(143), "{out:?}");
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(json["cancelled"], true, "{json}");
+    assert_eq!(json["exit_code"], 143, "{json}");
+    assert!(!fx.ws("late").exists());
+}
+
 fn json_reports_every_field(backend: &str) {
     let fx = Fixture::new();
     let ran = fx
@@ -1330,6 +1354,7 @@ fn json_reports_every_field(backend: &str) {
         "exit_code",
         "signal",
         "timed_out",
+        "cancelled",
         "stdout",
         "stderr",
         "stdout_truncated_bytes",
@@ -1345,6 +1370,7 @@ fn json_reports_every_field(backend: &str) {
     assert_eq!(json["stdout"], "out\n", "{json}");
     assert_eq!(json["stderr"], "err\n", "{json}");
     assert_eq!(json["timed_out"], false, "{json}");
+    assert_eq!(json["cancelled"], false, "{json}");
     assert_eq!(json["stdout_truncated_bytes"], 0, "{json}");
     assert_eq!(json["backend"], backend, "{json}");
     assert_eq!(json["profile"], "workspace-write", "{json}");

@@ -101,10 +101,18 @@ pub fn run(args: ExecArgs) -> i32 {
                     outcome.duration.as_secs()
                 );
             }
+            let signal = RECEIVED_SIGNAL.load(std::sync::atomic::Ordering::Relaxed);
+            let exit_code = if outcome.cancelled && signal != 0 {
+                128 + signal
+            } else {
+                outcome.exit_code
+            };
             if args.json {
-                super::out(&format!("{}\n", outcome_json(&outcome, &profile)));
+                let mut json = outcome_json(&outcome, &profile);
+                json["exit_code"] = exit_code.into();
+                super::out(&format!("{json}\n"));
             }
-            outcome.exit_code
+            exit_code
         }
         Err(e) => {
             report_error(&e.to_string());
@@ -124,6 +132,7 @@ pub(crate) fn outcome_json(outcome: &Outcome, profile: &str) -> serde_json::Valu
         "exit_code": outcome.exit_code,
         "signal": outcome.signal,
         "timed_out": outcome.timed_out,
+        "cancelled": outcome.cancelled,
         "stdout": String::from_utf8_lossy(&outcome.stdout.bytes),
         "stderr": String::from_utf8_lossy(&outcome.stderr.bytes),
         "stdout_truncated_bytes": outcome.stdout.truncated_bytes,
@@ -146,9 +155,13 @@ pub(crate) async fn termination_signal() {
     ) else {
         return std::future::pending().await;
     };
-    tokio::select! {
-        _ = int.recv() => {}
-        _ = term.recv() => {}
-        _ = hup.recv() => {}
-    }
+    let signal = tokio::select! {
+        _ = int.recv() => libc::SIGINT,
+        _ = term.recv() => libc::SIGTERM,
+        _ = hup.recv() => libc::SIGHUP,
+    };
+    RECEIVED_SIGNAL.store(signal, std::sync::atomic::Ordering::Relaxed);
 }
+
+/// The signal that stopped the call, so that chitti exits 128+N for it like a shell.
+static RECEIVED_SIGNAL: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32::new(0);
