@@ -184,13 +184,13 @@ impl NestedRepoGuard {
             .map(|r| r.canonicalize().unwrap_or_else(|_| r.clone()))
             .collect();
         let mut guard = NestedRepoGuard {
-            any_repo: roots.iter().any(|r| top_repository(r).is_some()),
             roots,
             before: HashSet::new(),
+            any_repo: false,
             since: SystemTime::now() - Duration::from_millis(50),
         };
-        if guard.any_repo {
-            let found = guard.discover(&mut Vec::new());
+        if let Some(found) = guard.discover(&mut Vec::new()) {
+            guard.any_repo = true;
             guard.before = found.into_iter().map(|f| f.git_dir).collect();
         }
         guard
@@ -204,13 +204,16 @@ impl NestedRepoGuard {
         self.roots.iter().any(|r| path.starts_with(r))
     }
 
-    fn discover(&self, problems: &mut Vec<String>) -> Vec<Found> {
+    /// `None` when no writable root is a repository at all.
+    fn discover(&self, problems: &mut Vec<String>) -> Option<Vec<Found>> {
         let mut seen = HashSet::new();
         let mut found = Vec::new();
+        let mut any_repo = false;
         for root in &self.roots {
             let Some(top) = top_repository(root) else {
                 continue;
             };
+            any_repo = true;
             seen.insert(top.git_dir.clone());
             seen.insert(top.common_dir.clone());
             if let Ok(entries) = std::fs::read_dir(top.common_dir.join("worktrees")) {
@@ -230,7 +233,7 @@ impl NestedRepoGuard {
             }
             self.gitlinks_of(root, &top.git_dir, 0, &mut seen, &mut found, problems);
         }
-        found
+        any_repo.then_some(found)
     }
 
     /// Follows the gitlinks of one repository, and theirs in turn.
@@ -301,7 +304,7 @@ impl NestedRepoGuard {
 
     fn check(&self) -> Vec<String> {
         let mut problems = Vec::new();
-        let found = self.discover(&mut problems);
+        let found = self.discover(&mut problems).unwrap_or_default();
         let mut repairs = Vec::new();
         for repo in found {
             let is_new = !self.before.contains(&repo.git_dir);
