@@ -22,7 +22,6 @@ pub const DEFAULT_PROFILE: &str = "workspace-write";
 
 /// How deep `extends` chains may go; deeper is almost certainly a cycle.
 const MAX_EXTENDS_DEPTH: usize = 8;
-const CYCLE_HINT: &str = "is there a cycle?";
 
 /// A profile as written. Every field is optional so that `extends` can fill the gaps;
 /// unknown keys are errors, so a typo never silently weakens a profile.
@@ -115,20 +114,26 @@ impl std::fmt::Display for Source {
 /// Loads a profile by name (built-in, then `<config>/profiles/NAME.toml`) or by path
 /// (anything containing `/` or ending in `.toml`).
 pub fn load(spec: &str, user_profile_dir: Option<&Path>) -> Result<Profile, PolicyError> {
-    load_at_depth(spec, user_profile_dir, 0)
+    load_at_depth(spec, user_profile_dir, 0, None)
 }
 
 fn load_at_depth(
     spec: &str,
     user_profile_dir: Option<&Path>,
     depth: usize,
+    // `file: extends = "x"` of the profile that named this one, so that a missing or
+    // unreadable parent is reported where it is named.
+    named_by: Option<&str>,
 ) -> Result<Profile, PolicyError> {
     if depth > MAX_EXTENDS_DEPTH {
         return Err(PolicyError::Profile(format!(
-            "profile `{spec}`: `extends` chain deeper than {MAX_EXTENDS_DEPTH}; {CYCLE_HINT}"
+            "profile `{spec}`: `extends` chain deeper than {MAX_EXTENDS_DEPTH}; is there a cycle?"
         )));
     }
-    let (source, text) = locate(spec, user_profile_dir)?;
+    let (source, text) = locate(spec, user_profile_dir).map_err(|e| match named_by {
+        Some(by) => PolicyError::Profile(format!("{by}: {e}")),
+        None => e,
+    })?;
     let raw: RawProfile = toml::from_str(&text).map_err(|e| {
         PolicyError::Profile(format!(
             "{source}: {}\nFix the profile: see profiles/workspace-write.toml for every allowed key.",
@@ -155,17 +160,13 @@ fn load_at_depth(
                 }
                 _ => parent.clone(),
             };
-            Some(
-                load_at_depth(&parent_spec, user_profile_dir, depth + 1).map_err(|e| {
-                    // Each level names the file that pointed further, except in a cycle,
-                    // whose message already says what went wrong.
-                    if matches!(&e, PolicyError::Profile(m) if m.contains(CYCLE_HINT)) {
-                        e
-                    } else {
-                        PolicyError::Profile(format!("{source}: extends = \"{parent}\": {e}"))
-                    }
-                })?,
-            )
+            let named_by = format!("{source}: extends = \"{parent}\"");
+            Some(load_at_depth(
+                &parent_spec,
+                user_profile_dir,
+                depth + 1,
+                Some(&named_by),
+            )?)
         }
         None => None,
     };
