@@ -17,8 +17,8 @@ pub struct EventLog {
 }
 
 impl EventLog {
-    /// Opens (appends to) `path`, creating it private to the user.
-    /// Opens (or creates) the log at a path the user named; its directory must exist.
+    /// Opens (appends to) `path`, creating it private to the user; its directory must
+    /// exist.
     pub fn open(path: &Path) -> Result<EventLog, String> {
         use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
         let file = OpenOptions::new()
