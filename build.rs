@@ -8,23 +8,44 @@
 //! optimisation, never a requirement.
 //!
 //! Only where the linker is known to be LLD, which takes `--symbol-ordering-file`: Rust's
-//! own for x86_64-unknown-linux-gnu since Rust 1.90. A configured linker is left alone.
+//! own for x86_64-unknown-linux-gnu since Rust 1.90, and for x86_64-unknown-linux-musl
+//! (the target scripts/rust-target.sh builds for) the same LLD, asked for here. A
+//! configured linker is left alone.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 fn main() {
     let order = Path::new("scripts/startup-order.txt");
     println!("cargo:rerun-if-changed={}", order.display());
     println!("cargo:rerun-if-env-changed=RUSTC_LINKER");
-    if std::env::var("TARGET").as_deref() != Ok("x86_64-unknown-linux-gnu")
-        || std::env::var_os("RUSTC_LINKER").is_some()
+    let target = std::env::var("TARGET").unwrap_or_default();
+    if std::env::var_os("RUSTC_LINKER").is_some()
         || chooses_linker(&std::env::var("CARGO_ENCODED_RUSTFLAGS").unwrap_or_default())
     {
         return;
     }
+    let mut link_args = Vec::new();
+    match target.as_str() {
+        // Rust links this target with its own LLD already.
+        "x86_64-unknown-linux-gnu" => {}
+        // This one is linked by the C compiler with the system's GNU ld, which has no
+        // --symbol-ordering-file (binutils before 2.43). Rust ships LLD with a wrapper the
+        // C compiler can be pointed at, the way rustc does it for the gnu target.
+        "x86_64-unknown-linux-musl" => match bundled_lld_dir() {
+            Some(dir) => {
+                link_args.push("-fuse-ld=lld".to_string());
+                link_args.push(format!("-B{}", dir.display()));
+            }
+            None => return,
+        },
+        _ => return,
+    }
     let Ok(order) = std::fs::canonicalize(order) else {
         return;
     };
+    for arg in link_args {
+        println!("cargo:rustc-link-arg-bin=chitti={arg}");
+    }
     // -Xlinker passes each argument whole (a path may hold a comma, which -Wl splits at).
     for arg in [
         format!("--symbol-ordering-file={}", order.display()),
@@ -33,6 +54,20 @@ fn main() {
         println!("cargo:rustc-link-arg-bin=chitti=-Xlinker");
         println!("cargo:rustc-link-arg-bin=chitti={arg}");
     }
+}
+
+/// The directory holding the toolchain's `ld.lld` wrapper for C compiler drivers
+/// (`<sysroot>/lib/rustlib/<host>/bin/gcc-ld`), if this toolchain has one.
+fn bundled_lld_dir() -> Option<PathBuf> {
+    let rustc = std::env::var_os("RUSTC")?;
+    let host = std::env::var("HOST").ok()?;
+    let output = std::process::Command::new(rustc)
+        .args(["--print", "sysroot"])
+        .output()
+        .ok()?;
+    let sysroot = String::from_utf8(output.stdout).ok()?;
+    let dir = Path::new(sysroot.trim()).join(format!("lib/rustlib/{host}/bin/gcc-ld"));
+    dir.join("ld.lld").is_file().then_some(dir)
 }
 
 /// Whether the rustflags pick a linker other than the default one.

@@ -49,6 +49,7 @@ if $with_peers; then
     export PATH="$peers/node_modules/.bin:$PATH"
 fi
 
+echo "chitti built for $(scripts/rust-target.sh 2>/dev/null) ($(git rev-parse --short HEAD 2>/dev/null || echo 'no git'))"
 # The function order build.rs gives the linker goes stale when the compiler or Cargo.lock
 # changes (its names carry hashes): say how much of it this binary still matches.
 if [ -s scripts/startup-order.txt ] && command -v nm >/dev/null; then

@@ -7,8 +7,10 @@ cd "$(dirname "$0")/.."
 
 scripts/install-deps.sh
 
-echo "== build"
-cargo build --workspace --all-targets --locked
+# The tests run on the target chitti ships for here (musl on x86_64 Linux).
+target=$(scripts/rust-target.sh)
+echo "== build (for $target)"
+cargo build --workspace --all-targets --locked --target "$target"
 chitti=$(scripts/build-chitti.sh --locked --quiet)
 
 # Fixtures live outside /tmp: bwrap gives the sandbox a private /tmp, which would hide
@@ -18,7 +20,7 @@ trap 'rm -rf "$fixtures"' EXIT
 export CHITTI_TEST_TMPDIR=$fixtures
 
 echo "== tests as $(id -un)"
-cargo test --workspace --locked --no-fail-fast
+cargo test --workspace --locked --no-fail-fast --target "$target"
 
 echo "== smoke run (what CI also runs on macOS)"
 scripts/ci-smoke.sh
@@ -36,7 +38,7 @@ home=$(getent passwd "$user" | cut -d: -f6)
 # so it runs copies of the compiled test binaries from a directory it owns.
 stage=$(mktemp -d /var/tmp/chitti-test.XXXXXX)
 trap 'rm -rf "$stage" "$fixtures"' EXIT
-cargo test --workspace --locked --no-run --message-format=json 2>/dev/null \
+cargo test --workspace --locked --no-run --target "$target" --message-format=json 2>/dev/null \
     | python3 -c '
 import json, sys
 for line in sys.stdin:

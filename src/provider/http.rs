@@ -95,6 +95,9 @@ impl ProviderError {
 
 pub fn client(options: &HttpOptions) -> Result<reqwest::Client, ProviderError> {
     crate::name_service::builtin_sources_only();
+    // aws-lc is built without its start-up constructor (.cargo/config.toml): let it look at
+    // the CPU now, before any TLS, rather than at every chitti start.
+    aws_lc_rs::init();
     reqwest::Client::builder()
         .connect_timeout(options.idle_timeout.min(Duration::from_secs(30)))
         .read_timeout(options.idle_timeout)

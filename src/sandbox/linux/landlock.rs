@@ -1,11 +1,14 @@
 //! Applies the planned rules (`sandbox::landlock_rules`) as a Landlock ruleset.
 
+use std::os::fd::OwnedFd;
 use std::path::Path;
 
 use landlock::{
-    make_bitflags, Access, AccessFs, BitFlags, CompatLevel, Compatible, PathBeneath, PathFd,
-    PathFdError, Ruleset, RulesetAttr, RulesetCreated, RulesetCreatedAttr, Scope, ABI,
+    make_bitflags, Access, AccessFs, BitFlags, CompatLevel, Compatible, PathBeneath, Ruleset,
+    RulesetAttr, RulesetCreated, RulesetCreatedAttr, Scope, ABI,
 };
+use nix::fcntl::OFlag;
+use nix::sys::stat::Mode;
 
 use crate::sandbox::landlock_rules::{Grant, Rule};
 
@@ -63,6 +66,15 @@ pub fn build(rules: &[Rule]) -> Result<RulesetCreated, LandlockError> {
     Ok(ruleset)
 }
 
+/// Opens `path` only to name it in a rule (`O_PATH`): no read permission is needed, and a
+/// device or a FIFO is not actually opened. Not landlock's `PathFd::new`, which goes
+/// through std's `OpenOptions`: on musl, std drops `O_PATH` from custom flags (musl's
+/// `O_ACCMODE` includes it), so `/dev/tty` was opened for reading, which fails without a
+/// controlling terminal, and a FIFO would block.
+fn open_path(path: &Path) -> nix::Result<OwnedFd> {
+    nix::fcntl::open(path, OFlag::O_PATH | OFlag::O_CLOEXEC, Mode::empty())
+}
+
 fn add(
     ruleset: RulesetCreated,
     path: &Path,
@@ -70,17 +82,14 @@ fn add(
     access: BitFlags<AccessFs>,
     optional: bool,
 ) -> Result<RulesetCreated, LandlockError> {
-    let fd = match PathFd::new(path) {
+    let fd = match open_path(path) {
         Ok(fd) => fd,
-        Err(PathFdError::OpenCall { source, .. })
-            if optional && source.kind() == std::io::ErrorKind::NotFound =>
-        {
-            return Ok(ruleset)
-        }
+        Err(nix::errno::Errno::ENOENT) if optional => return Ok(ruleset),
         Err(e) => {
             return Err(LandlockError(format!(
-                "cannot open {}: {e}",
-                path.display()
+                "cannot open {}: {}",
+                path.display(),
+                std::io::Error::from(e)
             )))
         }
     };
@@ -178,5 +187,27 @@ mod tests {
             .unwrap()
             .to_string();
         assert!(message.contains("gone"), "{message}");
+    }
+
+    /// A rule names its path with an `O_PATH` descriptor, which opens nothing: a FIFO
+    /// (opened for reading, it would wait for a writer) and a file nobody may read are
+    /// named all the same.
+    #[test]
+    fn rule_paths_are_opened_as_paths_only() {
+        let dir = tempfile::tempdir().unwrap();
+        let fifo = dir.path().join("fifo");
+        nix::unistd::mkfifo(&fifo, Mode::from_bits_truncate(0o600)).unwrap();
+        let sealed = dir.path().join("sealed");
+        std::fs::write(&sealed, "x").unwrap();
+        std::fs::set_permissions(&sealed, std::os::unix::fs::PermissionsExt::from_mode(0)).unwrap();
+        for path in [&fifo, &sealed, &dir.path().to_path_buf()] {
+            let fd = open_path(path).unwrap();
+            let flags = nix::fcntl::fcntl(&fd, nix::fcntl::FcntlArg::F_GETFL).unwrap();
+            assert!(
+                OFlag::from_bits_truncate(flags).contains(OFlag::O_PATH),
+                "{} opened with {flags:#o}",
+                path.display()
+            );
+        }
     }
 }
