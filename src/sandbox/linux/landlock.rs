@@ -199,7 +199,8 @@ mod tests {
         nix::unistd::mkfifo(&fifo, Mode::from_bits_truncate(0o600)).unwrap();
         let sealed = dir.path().join("sealed");
         std::fs::write(&sealed, "x").unwrap();
-        std::fs::set_permissions(&sealed, std::os::unix::fs::PermissionsExt::from_mode(0)).unwrap();
+        std::fs::set_permissions(&sealed, std::os::unix::fs::PermissionsExt::from_mode(0o000))
+            .unwrap();
         for path in [&fifo, &sealed, &dir.path().to_path_buf()] {
             let fd = open_path(path).unwrap();
             let flags = nix::fcntl::fcntl(&fd, nix::fcntl::FcntlArg::F_GETFL).unwrap();
