@@ -33,7 +33,7 @@ pub struct Args {
     pub working_directory: Option<String>,
     /// Wall-clock limit in seconds; when it passes, the command and everything it
     /// started are killed. Default: the profile's limit. At most 600.
-    #[schemars(range(min = 1))]
+    #[schemars(range(min = 1, max = 600))]
     pub timeout_seconds: Option<u64>,
     /// Set to false to run outside the sandbox, with full access to the user's files and
     /// network. The user must approve each such call.
@@ -88,6 +88,8 @@ pub async fn run(toolbox: &Toolbox, args: Args, cancel: impl Future<Output = ()>
         .timeout_seconds
         .map(Duration::from_secs)
         .unwrap_or(policy.timeout);
+    // A model's value over the limit is refused by the schema check; the profile's own
+    // limit may be longer, and is cut to it.
     let timeout = requested.min(MAX_TIMEOUT);
 
     let command: Vec<OsString> = vec!["bash".into(), "-c".into(), args.command.into()];

@@ -388,11 +388,14 @@ fn check_args(schema: &Value, args: &Value) -> Result<(), String> {
         let type_ok = types
             .iter()
             .any(|t| *t == actual || (*t == "number" && actual == "integer"));
-        let min_ok = match (prop["minimum"].as_f64(), value.as_f64()) {
-            (Some(min), Some(v)) => v >= min,
-            _ => true,
+        let in_range = match value.as_f64() {
+            Some(v) => {
+                prop["minimum"].as_f64().is_none_or(|min| v >= min)
+                    && prop["maximum"].as_f64().is_none_or(|max| v <= max)
+            }
+            None => true,
         };
-        if !type_ok || !min_ok {
+        if !type_ok || !in_range {
             return Err(format!(
                 "argument `{name}` must be {}, got {}",
                 expected(prop),
@@ -403,15 +406,18 @@ fn check_args(schema: &Value, args: &Value) -> Result<(), String> {
     Ok(())
 }
 
-/// "a string", "an integer ≥ 1 (or null)": the type a schema property asks for.
+/// "a string", "an integer ≥ 1 (or null)", "an integer from 1 to 600": the type a schema
+/// property asks for.
 fn expected(prop: &Value) -> String {
     let Some(types) = schema_types(prop) else {
         return "any JSON value".to_string();
     };
-    let min = prop["minimum"]
-        .as_f64()
-        .map(|m| format!(" ≥ {m}"))
-        .unwrap_or_default();
+    let min = match (prop["minimum"].as_f64(), prop["maximum"].as_f64()) {
+        (Some(min), Some(max)) => format!(" from {min} to {max}"),
+        (Some(min), None) => format!(" ≥ {min}"),
+        (None, Some(max)) => format!(" ≤ {max}"),
+        (None, None) => String::new(),
+    };
     let mut text = types
         .iter()
         .filter(|t| **t != "null")
@@ -646,8 +652,23 @@ mod tests {
             json!({"command": "ls", "timeout_seconds": -1}),
         );
         assert!(
-            e.contains("`timeout_seconds` must be an integer ≥ 1"),
+            e.contains("`timeout_seconds` must be an integer from 1 to 600"),
             "{e}"
+        );
+        // Over the limit is refused like under it, not quietly cut to 600.
+        let e = error_of(
+            "execute_bash",
+            json!({"command": "ls", "timeout_seconds": 601}),
+        );
+        assert!(
+            e.contains("`timeout_seconds` must be an integer from 1 to 600 (or null), got"),
+            "{e}"
+        );
+        let schema = parameters::<execute_bash::Args>();
+        assert_eq!(
+            schema["properties"]["timeout_seconds"]["maximum"],
+            json!(execute_bash::MAX_TIMEOUT.as_secs()),
+            "the schema's limit is the one enforced"
         );
         let e = error_of("read_file", json!({"path": "a", "nope": 1}));
         assert!(e.contains("unknown argument `nope`"), "{e}");
