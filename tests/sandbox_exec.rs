@@ -1159,11 +1159,16 @@ fn signal_death_is_128_plus_signal(backend: &str) {
     assert_eq!(ran.code, Some(137), "{ran}");
 }
 
+/// Nothing runs, so nothing is set up either: a repository without `.git/hooks` (which a
+/// call creates in order to hold it read-only) is left as it was.
 fn missing_command_is_127(backend: &str) {
     let fx = Fixture::new();
+    fx.init_repo("initial");
+    std::fs::remove_dir_all(fx.ws(".git/hooks")).unwrap();
     let ran = fx.chitti(backend).run(&["chitti-no-such-command-xyz"]);
     assert_eq!(ran.code, Some(127), "{ran}");
     assert!(ran.stderr.contains("chitti-no-such-command-xyz"), "{ran}");
+    assert!(!fx.ws(".git/hooks").exists(), "{ran}");
 }
 
 /// A script whose `#!` interpreter does not exist: the exec fails inside the sandbox,

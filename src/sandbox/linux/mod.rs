@@ -54,7 +54,6 @@ fn prepare_bwrap(
         .ok_or_else(|| SandboxError::Unavailable("bubblewrap is not installed".into()))?
         .path
         .clone();
-    super::create_missing_hooks(policy)?;
     let env = sandbox_env(
         policy,
         Backend::Bwrap,
@@ -67,6 +66,8 @@ fn prepare_bwrap(
             resolved.display()
         )));
     }
+    // Only once the command is known to exist: a call that cannot run changes nothing.
+    super::create_missing_hooks(policy)?;
 
     let mut pass_fds = Vec::new();
     let mut seccomp_fds = Vec::new();
@@ -134,11 +135,6 @@ fn prepare_supervised(
         if let Some(why) = Capabilities::get().landlock_blocker() {
             return Err(SandboxError::Unavailable(why));
         }
-        super::create_missing_hooks(policy)?;
-        let snapshot = protect::Snapshot::take(&policy.pinned, &policy.read_only, &policy.absent)
-            .map_err(SandboxError::Unavailable)?;
-        after.push(Box::new(snapshot));
-        after.extend(super::nested_repo_checks(policy));
         if policy.private_tmp {
             let (dir, path) = private_dir("chitti-tmp-")?;
             temp_dirs.push(dir);
@@ -149,6 +145,15 @@ fn prepare_supervised(
     // nothing and keeps API keys out of commands the user did not mean to trust.
     let env = sandbox_env(policy, backend, tmp_path.as_deref());
     let program = super::resolve_command(&command[0], &env, cwd)?;
+    if sandboxed {
+        // Only once the command is known to exist: a call that cannot run changes nothing
+        // (the private TMPDIR above goes with `temp_dirs`).
+        super::create_missing_hooks(policy)?;
+        let snapshot = protect::Snapshot::take(&policy.pinned, &policy.read_only, &policy.absent)
+            .map_err(SandboxError::Unavailable)?;
+        after.push(Box::new(snapshot));
+        after.extend(super::nested_repo_checks(policy));
+    }
 
     let restrictions = if sandboxed {
         let mut writable = policy.writable.clone();

@@ -22,7 +22,6 @@ pub fn prepare(
             seatbelt::SANDBOX_EXEC
         )));
     }
-    super::create_missing_hooks(policy)?;
     let mut temp_dirs = Vec::new();
     let mut tmp_path = None;
     if policy.private_tmp {
@@ -32,6 +31,8 @@ pub fn prepare(
     }
     let env = sandbox_env(policy, Backend::Seatbelt, tmp_path.as_deref());
     let program = super::resolve_command(&command[0], &env, cwd)?;
+    // Only once the command is known to exist: a call that cannot run changes nothing.
+    super::create_missing_hooks(policy)?;
 
     let generated = seatbelt::generate(policy, tmp_path.as_deref());
     let (profile_dir, profile_dir_path) = private_dir("chitti-seatbelt-")?;
