@@ -82,6 +82,7 @@ on_both_backends!(
     missing_interpreter_is_127,
     command_writing_like_bwrap_keeps_its_exit_code,
     non_executable_is_126,
+    script_without_interpreter_line_runs_with_sh,
     missing_workspace_is_125,
     root_workspace_is_125,
     unknown_profile_is_125,
@@ -1197,6 +1198,21 @@ fn command_writing_like_bwrap_keeps_its_exit_code(backend: &str) {
         .sh("touch ran; echo 'bwrap: a line like a set-up error' >&2; echo more >&2; exit 1");
     assert_ran(&fx, "ran", &ran);
     assert_eq!(ran.code, Some(1), "{ran}");
+}
+
+/// An executable file without `#!` runs with /bin/sh, as a shell or `execvp` would run it,
+/// on every backend (bwrap uses `execvp`; the others make the same fallback themselves).
+fn script_without_interpreter_line_runs_with_sh(backend: &str) {
+    let fx = Fixture::new();
+    write(&fx.ws("script"), "echo \"$0 $1\" > ran\n");
+    std::fs::set_permissions(
+        fx.ws("script"),
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .unwrap();
+    let ran = fx.chitti(backend).run(&["./script", "arg"]);
+    assert_eq!(ran.code, Some(0), "{ran}");
+    assert_eq!(read(&fx.ws("ran")), "./script arg\n", "{ran}");
 }
 
 fn non_executable_is_126(backend: &str) {

@@ -173,23 +173,43 @@ impl ExecImage {
                 .chain(std::iter::once(std::ptr::null()))
                 .collect()
         };
+        // For a file without `#!`: `/bin/sh FILE ARGS...`, with FILE as `execvp` gives it
+        // (the name as typed when it has a slash, else the path found on PATH).
+        let file = match self.argv.first() {
+            Some(typed) if typed.as_bytes().contains(&b'/') => typed,
+            _ => &self.program,
+        };
+        let script_argv = [BIN_SH.as_ptr(), file.as_ptr()]
+            .into_iter()
+            .chain(self.argv.iter().skip(1).map(|s| s.as_ptr()))
+            .chain(std::iter::once(std::ptr::null()))
+            .collect();
         Execve {
             program: &self.program,
             argv: pointers(&self.argv),
             envp: pointers(&self.envp),
+            script_argv,
         }
     }
 }
+
+const BIN_SH: &std::ffi::CStr = c"/bin/sh";
 
 /// An `execve` call ready to be made.
 pub struct Execve<'a> {
     program: &'a CString,
     argv: Vec<*const libc::c_char>,
     envp: Vec<*const libc::c_char>,
+    /// `/bin/sh PROGRAM ARGS...`, for a program the kernel does not recognise.
+    script_argv: Vec<*const libc::c_char>,
 }
 
 impl Execve<'_> {
     /// Replaces the calling process; returns only on failure, with errno set.
+    ///
+    /// A file the kernel cannot execute (`ENOEXEC`: a script without a `#!` line) is run
+    /// by `/bin/sh`, as `execvp` and shells do: bubblewrap starts commands with `execvp`,
+    /// and every backend should run the same command the same way.
     ///
     /// # Safety
     /// As for `execve`: meant for a child between clone (or fork) and exec.
@@ -199,6 +219,15 @@ impl Execve<'_> {
             self.argv.as_ptr(),
             self.envp.as_ptr(),
         );
+        if *libc::__errno_location() == libc::ENOEXEC {
+            libc::execve(
+                BIN_SH.as_ptr(),
+                self.script_argv.as_ptr(),
+                self.envp.as_ptr(),
+            );
+            // Report the program's own error, not the shell's.
+            *libc::__errno_location() = libc::ENOEXEC;
+        }
     }
 }
 
