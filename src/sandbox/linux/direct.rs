@@ -180,7 +180,12 @@ impl Drop for DirectChild {
 mod tests {
     use super::*;
 
-    fn spawn_sh(script: &str, dir: &Path, pass: &[OwnedFd]) -> io::Result<DirectChild> {
+    fn spawn_sh(
+        script: &str,
+        dir: &Path,
+        pass: &[OwnedFd],
+        stdout: Option<OwnedFd>,
+    ) -> io::Result<DirectChild> {
         DirectChild::spawn(
             Path::new("/bin/sh"),
             &["-c".into(), script.into()],
@@ -193,10 +198,19 @@ mod tests {
             },
             Stdio {
                 stdin: None,
-                stdout: None,
+                stdout,
                 stderr: None,
             },
         )
+    }
+
+    /// What a descriptor of this process is (`pipe:[inode]`), to compare with what the
+    /// child sees at the same number.
+    fn identity(fd: &OwnedFd) -> String {
+        std::fs::read_link(format!("/proc/self/fd/{}", fd.as_raw_fd()))
+            .unwrap()
+            .display()
+            .to_string()
     }
 
     #[test]
@@ -205,23 +219,42 @@ mod tests {
         let (passed_r, _passed_w) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).unwrap();
         // Not close-on-exec, like a descriptor chitti's caller left open.
         let (kept_r, _kept_w) = nix::unistd::pipe().unwrap();
+        // The shell may reuse a closed number for its own descriptors (dash saves a
+        // redirected stdout at 10 and up), so the child reports what each number *is*,
+        // and its output goes to a file given as stdout rather than through a redirection.
         let script = format!(
-            "{{ pwd; echo \"$PATH\"; ulimit -n; set -- $(cat /proc/$$/stat); echo $6; \
-             [ -e /proc/$$/fd/{p} ] && echo passed; [ -e /proc/$$/fd/{k} ] && echo leaked; true; \
-             }} > out",
+            "pwd; echo \"$PATH\"; ulimit -n; set -- $(cat /proc/$$/stat); echo $6; \
+             readlink /proc/$$/fd/{p} || echo none; readlink /proc/$$/fd/{k} || echo none",
             p = passed_r.as_raw_fd(),
             k = kept_r.as_raw_fd()
         );
-        let mut child = spawn_sh(&script, dir.path(), std::slice::from_ref(&passed_r)).unwrap();
+        let out_path = dir.path().join("out");
+        let out_file = std::fs::File::create(&out_path).unwrap();
+        let mut child = spawn_sh(
+            &script,
+            dir.path(),
+            std::slice::from_ref(&passed_r),
+            Some(out_file.into()),
+        )
+        .unwrap();
         let status = child.reap().unwrap();
         assert_eq!(libc::WEXITSTATUS(status), 0);
-        let out = std::fs::read_to_string(dir.path().join("out")).unwrap();
-        let expected = format!(
-            "{}\n/usr/bin:/bin\n64\n{}\npassed\n",
-            dir.path().canonicalize().unwrap().display(),
-            child.pid
+        let out = std::fs::read_to_string(&out_path).unwrap();
+        let lines: Vec<&str> = out.lines().collect();
+        let cwd = dir.path().canonicalize().unwrap();
+        let pid = child.pid.to_string();
+        assert_eq!(
+            lines[..4],
+            [cwd.to_str().unwrap(), "/usr/bin:/bin", "64", pid.as_str()],
+            "{out}"
         );
-        assert_eq!(out, expected);
+        assert_eq!(lines[4], identity(&passed_r), "the passed pipe: {out}");
+        assert_ne!(
+            lines[5],
+            identity(&kept_r),
+            "the caller's pipe leaked: {out}"
+        );
+        assert_eq!(lines.len(), 6, "{out}");
     }
 
     #[test]
@@ -248,7 +281,7 @@ mod tests {
     #[test]
     fn dropping_kills_the_program_and_its_group() {
         let dir = tempfile::tempdir().unwrap();
-        let child = spawn_sh("sleep 1000 & echo $! > bg; wait", dir.path(), &[]).unwrap();
+        let child = spawn_sh("sleep 1000 & echo $! > bg; wait", dir.path(), &[], None).unwrap();
         let bg = dir.path().join("bg");
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
         while !bg.exists() || std::fs::read_to_string(&bg).unwrap().trim().is_empty() {
