@@ -1124,3 +1124,80 @@ fn without_a_sandbox_every_command_is_put_to_the_user() {
         .unwrap();
     assert!(system.contains("WITHOUT a sandbox"), "{system}");
 }
+
+#[test]
+fn piped_chat_never_takes_a_prompt_line_as_an_answer() {
+    let fx = Fixture::new();
+    let server = ModelServer::start(vec![
+        Reply::Json(
+            200,
+            gemini_calls(&[(Some("p1"), "execute_bash", bash("touch made"), None)]),
+        ),
+        Reply::Json(200, gemini_text("not done")),
+        Reply::Json(200, gemini_text("second answer")),
+    ]);
+    // "y" would approve if stdin answered questions; it is the second prompt instead.
+    let agent = Agent::new(&fx, "gemini", &server).arg("--no-stream");
+    let mut child = agent.chat();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(b"make a file\ny\n/exit\n")
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert!(!fx.ws("made").exists(), "a prompt line approved a command");
+    assert!(stderr.contains("no terminal to ask on"), "{stderr}");
+    assert!(stdout.contains("second answer"), "{stdout}\n{stderr}");
+    let requests = server.requests();
+    assert_eq!(requests.len(), 3, "{stderr}");
+    let contents = requests[2].body["contents"].as_array().unwrap();
+    assert_eq!(contents.last().unwrap()["parts"][0]["text"], "y");
+}
+
+/// Text the model wrote that would drive a terminal: set its title, clear it.
+const TERMINAL_CONTROL: &str = "\u{1b}]0;owned\u{7}\u{1b}[2J";
+
+#[test]
+fn model_text_cannot_drive_the_terminal() {
+    let fx = Fixture::new();
+    let mut commentary = gemini_calls(&[(Some("t1"), "list_dir", json!({"path": "."}), None)]);
+    commentary["candidates"][0]["content"]["parts"]
+        .as_array_mut()
+        .unwrap()
+        .insert(0, json!({"text": format!("looking{TERMINAL_CONTROL}")}));
+    let server = ModelServer::start(vec![
+        Reply::Json(200, commentary),
+        Reply::Json(200, gemini_text(&format!("answer{TERMINAL_CONTROL}"))),
+    ]);
+    let pty = common::Pty::open();
+    let agent = Agent::new(&fx, "gemini", &server);
+    let mut cmd = agent.command("run");
+    cmd.arg("look around")
+        .stdin(Stdio::null())
+        .stdout(pty.slave_stdio());
+    let out = cmd.spawn().unwrap().wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    let shown = pty.drain();
+    assert!(shown.contains("answer"), "{shown:?}");
+    assert!(
+        !shown.contains('\u{1b}') && !shown.contains('\u{7}'),
+        "control characters reached the terminal: {shown:?}"
+    );
+    assert!(shown.contains(r"\u{1b}[2J"), "{shown:?}");
+    // Commentary goes to stderr, shown the same way whatever stderr is.
+    assert!(stderr.contains(r"looking\u{1b}]0;owned\u{7}"), "{stderr}");
+    assert!(!stderr.contains('\u{1b}'), "{stderr:?}");
+
+    // Into a pipe, the answer is the model's own text.
+    let server = ModelServer::start(vec![Reply::Json(
+        200,
+        gemini_text(&format!("answer{TERMINAL_CONTROL}")),
+    )]);
+    let run = Agent::new(&fx, "gemini", &server).run("again");
+    assert_eq!(run.stdout, format!("answer{TERMINAL_CONTROL}\n"));
+}

@@ -131,29 +131,40 @@ pub fn question(call: &CallView) -> String {
     format!("{what}\n{}\n", call.summary)
 }
 
-/// Asks on the controlling terminal when there is one, else on stdin/stderr.
+/// Asks on the controlling terminal when there is one, else (for `chitti run`, whose
+/// stdin carries nothing else) on stdin/stderr.
 pub struct TerminalAsker {
     /// The terminal, read through one buffer for the whole session so that answers
     /// typed ahead are not lost between questions.
     tty: Option<std::io::BufReader<std::fs::File>>,
+    /// Whether stdin may answer when there is no terminal.
+    stdin_answers: bool,
 }
 
 impl TerminalAsker {
     pub fn new() -> TerminalAsker {
-        let tty = std::fs::OpenOptions::new()
-            .read(true)
-            .write(true)
-            .open("/dev/tty")
-            .ok()
-            .map(std::io::BufReader::new);
-        TerminalAsker { tty }
+        TerminalAsker {
+            tty: open_terminal(),
+            stdin_answers: true,
+        }
+    }
+
+    /// For `chitti chat` with prompts piped in: stdin holds prompts, so a line of it must
+    /// never be taken as an answer (nor an answer swallow a prompt). Without a terminal
+    /// every question is answered no, and the user is told why.
+    pub fn terminal_only() -> TerminalAsker {
+        TerminalAsker {
+            tty: open_terminal(),
+            stdin_answers: false,
+        }
     }
 
     fn read_line(&mut self) -> Option<String> {
         let mut line = String::new();
         let read = match &mut self.tty {
             Some(tty) => tty.read_line(&mut line),
-            None => std::io::stdin().lock().read_line(&mut line),
+            None if self.stdin_answers => std::io::stdin().lock().read_line(&mut line),
+            None => return None,
         };
         match read {
             Ok(0) | Err(_) => None,
@@ -177,6 +188,15 @@ impl TerminalAsker {
     }
 }
 
+fn open_terminal() -> Option<std::io::BufReader<std::fs::File>> {
+    std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open("/dev/tty")
+        .ok()
+        .map(std::io::BufReader::new)
+}
+
 impl Default for TerminalAsker {
     fn default() -> Self {
         Self::new()
@@ -186,6 +206,13 @@ impl Default for TerminalAsker {
 impl Asker for TerminalAsker {
     fn ask(&mut self, question: &str) -> Answer {
         self.show(question);
+        if self.tty.is_none() && !self.stdin_answers {
+            self.show(
+                "(no terminal to ask on, and stdin carries prompts, not answers: no; \
+                 choose --approval auto-sandboxed to let sandboxed calls run)\n",
+            );
+            return Answer::No;
+        }
         loop {
             self.show(&format!("Allow? {CHOICES}: "));
             let Some(line) = self.read_line() else {

@@ -293,7 +293,7 @@ fn print_progress(progress: Progress<'_>) {
     use crate::agent::preview::visible;
     let mut err = std::io::stderr().lock();
     let _ = match progress {
-        Progress::Commentary(text) => writeln!(err, "{}", text.trim_end()),
+        Progress::Commentary(text) => writeln!(err, "{}", visible(text.trim_end())),
         // A model-chosen tool name or a command's output must not drive the terminal.
         Progress::ToolStart { name, summary } => {
             writeln!(err, "→ {}: {}", visible(name), visible(summary))
@@ -303,6 +303,18 @@ fn print_progress(progress: Progress<'_>) {
             writeln!(err, "{mark} {}: {}", visible(name), visible(summary))
         }
     };
+}
+
+/// Prints the model's text on stdout. On a terminal, control characters and invisible
+/// format characters are shown as escapes, so that the model (or a file it read) cannot
+/// drive the terminal: clear it, retitle it, redraw an earlier approval question. Into a
+/// pipe or a file the text goes as the model wrote it.
+fn out_model_text(text: &str) {
+    if std::io::stdout().is_terminal() {
+        super::out(&crate::agent::preview::visible(text));
+    } else {
+        super::out(text);
+    }
 }
 
 /// `chat`: commentary already streamed to stdout; end its line before the tool lines.
@@ -348,7 +360,7 @@ fn run_task(args: &AgentArgs, prompt: &str) -> Result<i32, Refusal> {
     let end = rt.block_on(agent.turn(prompt, &mut sink, &CancellationToken::new()));
     let code = match end {
         TurnEnd::Answer(answer) => {
-            super::out(&answer);
+            out_model_text(&answer);
             if !answer.ends_with('\n') {
                 super::out("\n");
             }
@@ -415,10 +427,15 @@ fn chat_session(args: &AgentArgs) -> Result<i32, Refusal> {
     let editor = rustyline::DefaultEditor::new()
         .map_err(|e| Refusal(1, format!("cannot set up line editing: {e}")))?;
     let editor = Arc::new(Mutex::new(LineEditor(editor)));
-    let asker: SharedAsker = Arc::new(Mutex::new(Arc::clone(&editor)));
+    let interactive = std::io::stdin().is_terminal();
+    // Piped stdin carries prompts: approvals then come from the terminal or are no.
+    let asker: SharedAsker = if interactive {
+        Arc::new(Mutex::new(Arc::clone(&editor)))
+    } else {
+        Arc::new(Mutex::new(TerminalAsker::terminal_only()))
+    };
     let mut agent = session.into_agent(asker, Box::new(print_chat_progress));
     let started = Instant::now();
-    let interactive = std::io::stdin().is_terminal();
     if interactive {
         eprintln!("chitti: ask away. Ctrl-C stops the current turn; Ctrl-D or /exit quits.");
     }
@@ -461,7 +478,7 @@ fn chat_session(args: &AgentArgs) -> Result<i32, Refusal> {
             // A Ctrl-C pressed while no turn ran belongs to no turn: drop it.
             while let Some(Some(())) = futures::FutureExt::now_or_never(interrupts.recv()) {}
             let cancel = CancellationToken::new();
-            let mut sink = |text: &str| super::out(text);
+            let mut sink = |text: &str| out_model_text(text);
             // Ctrl-C cancels the token; the turn itself then kills what it runs and
             // returns, so nothing is left behind.
             let turn = agent.turn(prompt, &mut sink, &cancel);

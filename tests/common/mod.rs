@@ -504,6 +504,30 @@ impl Pty {
         Stdio::from(self.slave.try_clone().expect("dup the pty slave"))
     }
 
+    /// Everything written to the terminal so far (chitti has exited; the test still
+    /// holds the slave end, so the output waits in the master's queue).
+    pub fn drain(&self) -> String {
+        let mut shown = Vec::new();
+        let mut buf = [0u8; 4096];
+        loop {
+            let mut poll = libc::pollfd {
+                fd: self.master.as_raw_fd(),
+                events: libc::POLLIN,
+                revents: 0,
+            };
+            if unsafe { libc::poll(&mut poll, 1, 100) } <= 0 {
+                break;
+            }
+            let n =
+                unsafe { libc::read(self.master.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len()) };
+            if n <= 0 {
+                break;
+            }
+            shown.extend_from_slice(&buf[..n as usize]);
+        }
+        String::from_utf8_lossy(&shown).into_owned()
+    }
+
     /// Bytes waiting in the terminal's input queue (what TIOCSTI would have pushed).
     pub fn pending_input(&self) -> i32 {
         let mut n: libc::c_int = 0;
