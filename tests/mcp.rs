@@ -660,3 +660,68 @@ fn closing_stdin_kills_running_commands() {
         "the command ran to its end after the client had closed stdin"
     );
 }
+
+/// A request rmcp cannot parse still gets the right JSON-RPC error: invalid params
+/// (-32602) saying what is wrong for a malformed `tools/call`, method not found (-32601)
+/// for an unknown method. Spoken raw, since a typed client cannot send either.
+#[test]
+fn malformed_requests_get_json_rpc_errors_that_say_what_is_wrong() {
+    use std::io::{BufRead, Write};
+    let fx = Fixture::new();
+    let mut server = std::process::Command::new(chitti_bin())
+        .args(["mcp", "-w"])
+        .arg(&fx.ws)
+        .current_dir(&fx.ws)
+        .env_clear()
+        .env("PATH", PATH)
+        .env("HOME", &fx.home)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start chitti mcp");
+    let mut stdin = server.stdin.take().unwrap();
+    let stdout = std::io::BufReader::new(server.stdout.take().unwrap());
+    let (lines, answers) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in stdout.lines().map_while(Result::ok) {
+            let _ = lines.send(line);
+        }
+    });
+    let call = |id: u32, params: Value| json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": params});
+    for message in [
+        json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+            "protocolVersion": "2025-06-18", "capabilities": {},
+            "clientInfo": {"name": "t", "version": "0"}}}),
+        json!({"jsonrpc": "2.0", "method": "notifications/initialized"}),
+        call(2, json!({"tool": "execute_bash"})),
+        call(
+            3,
+            json!({"name": "execute_bash", "arguments": "echo > made"}),
+        ),
+        json!({"jsonrpc": "2.0", "id": 4, "method": "tools/run", "params": {}}),
+    ] {
+        writeln!(stdin, "{message}").unwrap();
+    }
+    let mut errors = std::collections::BTreeMap::new();
+    while errors.len() < 3 {
+        let line = answers
+            .recv_timeout(Duration::from_secs(20))
+            .expect("an answer to every request within 20 s");
+        let answer: Value = serde_json::from_str(&line).expect("JSON on stdout");
+        if let Some(id) = answer["id"].as_u64().filter(|&id| id > 1) {
+            errors.insert(id, answer["error"].clone());
+        }
+    }
+    drop(stdin);
+    let _ = server.wait();
+    let expect = |id: u64, code: i64, says: &str| {
+        assert_eq!(errors[&id]["code"], code, "{id}: {}", errors[&id]);
+        let message = errors[&id]["message"].as_str().unwrap();
+        assert!(message.contains(says), "{id}: {message}");
+    };
+    expect(2, -32602, "missing field `name`");
+    expect(3, -32602, "expected a map");
+    expect(4, -32601, "unknown method `tools/run`");
+    assert!(!fx.ws("made").exists(), "a malformed call ran");
+}

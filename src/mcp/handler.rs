@@ -9,9 +9,10 @@
 use std::sync::Arc;
 
 use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, ErrorData,
-    Implementation, ListToolsResult, PaginatedRequestParams, ServerCapabilities, ServerConfig,
-    Tool as WireTool, ToolAnnotations,
+    CallToolRequestMethod, CallToolRequestParams, CallToolResponse, CallToolResult, ConstString,
+    ContentBlock, CustomRequest, CustomResult, ErrorCode, ErrorData, Implementation,
+    InitializeRequestParams, InitializeResultMethod, ListToolsRequestMethod, ListToolsResult,
+    PaginatedRequestParams, ServerCapabilities, ServerConfig, Tool as WireTool, ToolAnnotations,
 };
 use rmcp::service::{RequestContext, RoleServer};
 use rmcp::ServerHandler;
@@ -189,6 +190,54 @@ impl ServerHandler for McpTools {
     fn get_tool(&self, name: &str) -> Option<WireTool> {
         self.listing.iter().find(|t| t.name == name).cloned()
     }
+
+    async fn on_custom_request(
+        &self,
+        request: CustomRequest,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<CustomResult, ErrorData> {
+        Err(unparsed_request(&request.method, request.params.as_ref()))
+    }
+}
+
+/// The answer to a request rmcp could not parse. rmcp hands a request whose params do
+/// not fit its method over as a "custom" request, so a malformed `tools/call` would be
+/// answered "method not found"; the client must hear "invalid params" and what is wrong.
+fn unparsed_request(method: &str, params: Option<&Value>) -> ErrorData {
+    fn check<P: serde::de::DeserializeOwned>(params: Option<&Value>) -> String {
+        match serde_json::from_value::<P>(params.cloned().unwrap_or(Value::Null)) {
+            Err(e) => e.to_string(),
+            Ok(_) => "they do not match the method's schema".into(),
+        }
+    }
+    let (problem, expected) = match method {
+        CallToolRequestMethod::VALUE => (
+            check::<CallToolRequestParams>(params),
+            r#"{"name": "<tool>", "arguments": {...}}"#,
+        ),
+        ListToolsRequestMethod::VALUE => (
+            check::<PaginatedRequestParams>(params),
+            r#"none, or {"cursor": "..."}"#,
+        ),
+        InitializeResultMethod::VALUE => (
+            check::<InitializeRequestParams>(params),
+            r#"{"protocolVersion": ..., "capabilities": {...}, "clientInfo": {...}}"#,
+        ),
+        _ => {
+            return ErrorData::new(
+                ErrorCode::METHOD_NOT_FOUND,
+                format!(
+                    "unknown method `{method}`; this server answers initialize, ping, \
+                     tools/list and tools/call"
+                ),
+                None,
+            )
+        }
+    };
+    ErrorData::invalid_params(
+        format!("invalid params for {method}: {problem}; expected {expected}"),
+        None,
+    )
 }
 
 #[cfg(test)]
