@@ -397,6 +397,90 @@ fn an_openai_stream_cut_off_midway_is_not_an_answer() {
         "{}",
         run.stderr
     );
+    // Its text was already passed on: asking again would show a second reply after it.
+    assert_eq!(server.requests().len(), 1, "{}", run.stderr);
+}
+
+/// The same for Gemini, whose last chunk carries the finishReason.
+#[test]
+fn a_gemini_stream_cut_off_midway_is_not_an_answer() {
+    let fx = Fixture::new();
+    let mut partial = gemini_text("Yes, it is safe to delete the");
+    partial["candidates"][0]
+        .as_object_mut()
+        .unwrap()
+        .remove("finishReason");
+    let server = ModelServer::start(vec![Reply::Sse(vec![partial])]);
+    let run = Agent::new(&fx, "gemini", &server).run("is it safe?");
+    assert_eq!(run.code, Some(1), "{}", run.stderr);
+    assert!(
+        run.stderr
+            .contains("the stream ended before the reply was complete"),
+        "{}",
+        run.stderr
+    );
+    assert_eq!(server.requests().len(), 1, "{}", run.stderr);
+}
+
+/// A reply that broke off before any of its text was passed on was seen by no one: the
+/// request is sent again, and the user gets one whole reply.
+#[test]
+fn a_reply_cut_off_before_anything_was_shown_is_asked_again() {
+    let fx = Fixture::new();
+    // Gemini, not streamed: the connection closes half-way through the body.
+    let server = ModelServer::start(vec![
+        Reply::BrokenOff(gemini_text("lost")),
+        Reply::Json(200, gemini_text("recovered")),
+    ]);
+    let run = Agent::new(&fx, "gemini", &server)
+        .arg("--no-stream")
+        .run("hello");
+    assert_eq!(run.code, Some(0), "{}", run.stderr);
+    assert_eq!(run.stdout, "recovered\n");
+    assert_eq!(server.requests().len(), 2);
+    assert!(
+        run.stderr.contains("the reply was cut off"),
+        "{}",
+        run.stderr
+    );
+    assert!(run.stderr.contains("retrying"), "{}", run.stderr);
+
+    // OpenAI, streamed: half a tool call and no end; nothing was shown, nothing runs.
+    let chunk = |delta: Value| json!({"choices": [{"index": 0, "delta": delta}]});
+    let server = ModelServer::start(vec![
+        Reply::Sse(vec![chunk(json!({"tool_calls": [{"index": 0, "id": "c1",
+            "type": "function", "function": {"name": "execute_bash",
+            "arguments": "{\"command\": \"touch half"}}]}))]),
+        Reply::Sse(vec![
+            chunk(json!({"content": "whole answer"})),
+            json!({"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]}),
+            json!("[DONE]"),
+        ]),
+    ]);
+    let run = Agent::new(&fx, "openai", &server)
+        .arg("--approval")
+        .arg("auto-sandboxed")
+        .run("hello");
+    assert_eq!(run.code, Some(0), "{}", run.stderr);
+    assert_eq!(run.stdout, "whole answer\n");
+    assert_eq!(server.requests().len(), 2);
+    assert!(!fx.ws("half").exists(), "a cut-off call ran");
+    // Bounded: a reply that keeps breaking off is an error in the end.
+    let server = ModelServer::start(vec![
+        Reply::BrokenOff(gemini_text("lost")),
+        Reply::BrokenOff(gemini_text("lost")),
+        Reply::BrokenOff(gemini_text("lost")),
+        Reply::Json(200, gemini_text("too late")),
+    ]);
+    let run = Agent::new(&fx, "gemini", &server)
+        .arg("--no-stream")
+        .run("hello");
+    assert_eq!(run.code, Some(1), "{}", run.stderr);
+    assert_eq!(
+        server.requests().len(),
+        3,
+        "max_retries = 2: three attempts"
+    );
 }
 
 #[test]

@@ -9,8 +9,8 @@ use serde_json::{json, Map, Value};
 
 use super::http;
 use super::{
-    made_up_call_id, AssistantTurn, Endpoint, FunctionDecl, Message, Provider, ProviderError,
-    Reply, Request, TextSink, ToolCall, Usage,
+    made_up_call_id, AssistantTurn, Endpoint, ErrorKind, FunctionDecl, Message, Provider,
+    ProviderError, Reply, Request, TextSink, ToolCall, Usage,
 };
 
 pub const DEFAULT_BASE_URL: &str = "https://generativelanguage.googleapis.com";
@@ -55,18 +55,34 @@ impl Provider for Gemini {
     ) -> Result<Reply, ProviderError> {
         let body = request_body(&request);
         let headers = [("x-goog-api-key", self.api_key.clone())];
-        let response = self
-            .endpoint
-            .post("gemini", &self.url(), &headers, &body)
-            .await?;
-        let mut reply = ReplyBuilder::default();
-        if self.endpoint.stream {
-            http::read_sse("gemini", response, |data| reply.add_chunk(data, on_text)).await?;
-        } else {
-            let json = http::read_json("gemini", response).await?;
-            reply.add(&json, on_text)?;
+        let mut resends = 0;
+        loop {
+            let response = self
+                .endpoint
+                .post("gemini", &self.url(), &headers, &body)
+                .await?;
+            let mut reply = ReplyBuilder::default();
+            let mut shown = false;
+            let mut sink = |text: &str| {
+                shown |= !text.is_empty();
+                on_text(text)
+            };
+            let read = if self.endpoint.stream {
+                http::read_sse("gemini", response, |data| reply.add_chunk(data, &mut sink))
+                    .await
+                    .and_then(|()| reply.ensure_finished())
+            } else {
+                match http::read_json("gemini", response).await {
+                    Ok(json) => reply.add(&json, &mut sink),
+                    Err(e) => Err(e),
+                }
+            };
+            let result = read.and_then(|()| reply.finish(&self.endpoint.call_ids));
+            match result {
+                Err(e) if self.endpoint.resend_after(&e, shown, &mut resends).await => continue,
+                other => return other,
+            }
         }
-        reply.finish(&self.endpoint.call_ids)
     }
 }
 
@@ -242,6 +258,19 @@ impl ReplyBuilder {
             self.parts.push(part.clone());
         }
         Ok(())
+    }
+
+    /// A stream's last chunk carries the `finishReason`; one that ends without any was
+    /// cut off, and what arrived must not be taken for the whole reply.
+    fn ensure_finished(&self) -> Result<(), ProviderError> {
+        if self.finish_reason.is_some() || self.block_reason.is_some() {
+            return Ok(());
+        }
+        Err(ProviderError::new(
+            ErrorKind::CutOff,
+            "gemini API: the stream ended before the reply was complete (no finishReason); \
+             the connection was probably cut",
+        ))
     }
 
     fn finish(self, ids: &AtomicU64) -> Result<Reply, ProviderError> {

@@ -69,6 +69,9 @@ pub enum ErrorKind {
     Rejected,
     /// No connection, or the API went silent, after every retry.
     Network,
+    /// The reply broke off part-way (the connection was lost while it was read, or a
+    /// stream ended without saying it was finished): what arrived is not the whole reply.
+    CutOff,
     /// The reply was not what the wire format promises (bad JSON, missing fields).
     BadReply,
 }
@@ -318,7 +321,7 @@ fn origin(url: &str) -> String {
 pub async fn read_json(api: &str, response: reqwest::Response) -> Result<Value, ProviderError> {
     let bytes = response.bytes().await.map_err(|e| {
         ProviderError::new(
-            ErrorKind::Network,
+            ErrorKind::CutOff,
             format!(
                 "{api} API: the reply was cut off: {}",
                 describe_transport_error(&e)
@@ -353,7 +356,7 @@ pub async fn read_sse(
     loop {
         let chunk = response.chunk().await.map_err(|e| {
             ProviderError::new(
-                ErrorKind::Network,
+                ErrorKind::CutOff,
                 format!(
                     "{api} API: the stream broke off: {}",
                     describe_transport_error(&e)

@@ -164,6 +164,31 @@ impl Endpoint {
     }
 }
 
+impl Endpoint {
+    /// Whether a request whose reply failed with `error` is sent again, after a backoff.
+    /// Only a reply that broke off before any of its text was passed on (`shown`): nothing
+    /// of it was shown or acted on, so the user sees a single reply. Once text has been
+    /// shown, a second reply would print it twice, so the error stands; so does any other
+    /// kind of error (the request itself was already retried as far as sensible).
+    async fn resend_after(&self, error: &ProviderError, shown: bool, resends: &mut u32) -> bool {
+        if error.kind != http::ErrorKind::CutOff || shown || *resends >= self.options.max_retries {
+            return false;
+        }
+        *resends += 1;
+        let wait = self.options.backoff * 2u32.saturating_pow(*resends - 1);
+        if let Some(on_retry) = &self.options.on_retry {
+            on_retry(&http::RetryNotice {
+                reason: error.message.clone(),
+                wait,
+                attempt: *resends + 1,
+                max_attempts: self.options.max_retries + 1,
+            });
+        }
+        tokio::time::sleep(wait).await;
+        true
+    }
+}
+
 /// An id for a call whose provider gave none: unique within the session.
 pub(crate) fn made_up_call_id(counter: &std::sync::atomic::AtomicU64) -> String {
     let n = counter.fetch_add(1, std::sync::atomic::Ordering::Relaxed);

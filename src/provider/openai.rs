@@ -8,8 +8,8 @@ use serde_json::{json, Value};
 
 use super::http;
 use super::{
-    made_up_call_id, AssistantTurn, Endpoint, FunctionDecl, Message, Provider, ProviderError,
-    Reply, Request, TextSink, ToolCall, Usage,
+    made_up_call_id, AssistantTurn, Endpoint, ErrorKind, FunctionDecl, Message, Provider,
+    ProviderError, Reply, Request, TextSink, ToolCall, Usage,
 };
 
 pub const DEFAULT_BASE_URL: &str = "https://api.openai.com/v1";
@@ -48,16 +48,32 @@ impl Provider for OpenAi {
             .map(|key| ("authorization", format!("Bearer {key}")))
             .collect();
         let url = format!("{}/chat/completions", self.endpoint.base_url);
-        let response = self.endpoint.post("openai", &url, &headers, &body).await?;
-        if self.endpoint.stream {
-            let mut stream = StreamedReply::default();
-            http::read_sse("openai", response, |data| stream.add(data, on_text)).await?;
-            stream.finish(&self.endpoint.call_ids)
-        } else {
-            let json = http::read_json("openai", response).await?;
-            let reply = parse_reply(&json, &self.endpoint.call_ids)?;
-            on_text(&reply.turn.text);
-            Ok(reply)
+        let mut resends = 0;
+        loop {
+            let response = self.endpoint.post("openai", &url, &headers, &body).await?;
+            let mut shown = false;
+            let result = if self.endpoint.stream {
+                let mut stream = StreamedReply::default();
+                let mut sink = |text: &str| {
+                    shown |= !text.is_empty();
+                    on_text(text)
+                };
+                match http::read_sse("openai", response, |data| stream.add(data, &mut sink)).await {
+                    Ok(()) => stream.finish(&self.endpoint.call_ids),
+                    Err(e) => Err(e),
+                }
+            } else {
+                match http::read_json("openai", response).await {
+                    Ok(json) => parse_reply(&json, &self.endpoint.call_ids).inspect(|reply| {
+                        on_text(&reply.turn.text);
+                    }),
+                    Err(e) => Err(e),
+                }
+            };
+            match result {
+                Err(e) if self.endpoint.resend_after(&e, shown, &mut resends).await => continue,
+                other => return other,
+            }
         }
     }
 }
@@ -254,7 +270,8 @@ impl StreamedReply {
         let complete = self.done || self.finish_reason.is_some() || self.whole;
         let nothing_arrived = self.text.is_empty() && self.calls.is_empty();
         if !complete && !nothing_arrived {
-            return Err(ProviderError::bad_reply(
+            return Err(ProviderError::new(
+                ErrorKind::CutOff,
                 "openai API: the stream ended before the reply was complete (no finish_reason \
                  and no [DONE]); the connection was probably cut",
             ));

@@ -21,6 +21,8 @@ pub enum Reply {
     Sse(Vec<Value>),
     /// Accept the request and never answer.
     Hang,
+    /// Promise this JSON body, send the first half of it, and close the connection.
+    BrokenOff(Value),
 }
 
 #[derive(Debug, Clone)]
@@ -140,6 +142,17 @@ fn respond(mut stream: TcpStream, reply: Reply) {
         }
         Reply::Hang => {
             std::thread::sleep(Duration::from_secs(30));
+            return;
+        }
+        Reply::BrokenOff(body) => {
+            let body = body.to_string();
+            let head = format!(
+                "HTTP/1.1 200 Scripted\r\ncontent-type: application/json\r\n\
+                 content-length: {}\r\nconnection: close\r\n\r\n",
+                body.len()
+            );
+            let _ = stream.write_all(head.as_bytes());
+            let _ = stream.write_all(&body.as_bytes()[..body.len() / 2]);
             return;
         }
     };
