@@ -162,9 +162,7 @@ impl Endpoint {
     ) -> Result<reqwest::Response, ProviderError> {
         http::post_json(&self.client, &self.options, api, url, headers, body).await
     }
-}
 
-impl Endpoint {
     /// Whether a request whose reply failed with `error` is sent again, after a backoff.
     /// Only a reply that broke off before any of its text was passed on (`shown`): nothing
     /// of it was shown or acted on, so the user sees a single reply. Once text has been
