@@ -1,13 +1,13 @@
 //! Applies the planned rules (`sandbox::landlock_rules`) as a Landlock ruleset.
 
-use std::os::fd::{FromRawFd, OwnedFd, RawFd};
+use std::os::fd::OwnedFd;
 use std::path::Path;
 
 use landlock::{
     make_bitflags, Access, AccessFs, BitFlags, CompatLevel, Compatible, PathBeneath, Ruleset,
     RulesetAttr, RulesetCreated, RulesetCreatedAttr, Scope, ABI,
 };
-use nix::NixPath;
+use nix::fcntl::{OFlag, OpenHow, ResolveFlag};
 
 use crate::sandbox::landlock_rules::{Grant, Rule};
 
@@ -66,26 +66,34 @@ pub fn build(rules: &[Rule]) -> Result<RulesetCreated, LandlockError> {
 }
 
 /// Opens `path` only to name it in a rule (`O_PATH`): no read permission is needed, and a
-/// device or a FIFO is not actually opened. Not landlock's `PathFd::new`, which goes
-/// through std's `OpenOptions`: on musl, std drops `O_PATH` from custom flags (musl's
-/// `O_ACCMODE` includes it), so `/dev/tty` was opened for reading, which fails without a
-/// controlling terminal, and a FIFO would block. The system call itself, not libc's
-/// `open`: musl follows an `O_CLOEXEC` open with an `fcntl` for kernels older than 2.6.23,
-/// one more system call per rule (about 200 rules per call as root).
+/// device or a FIFO is not actually opened. Every planned path is canonical (writable
+/// roots, the ancestors of hidden paths, and their non-symlink entries), so any symlink met
+/// on the way was put there after planning: following it would grant whatever it points
+/// at, a hidden path included. `openat2` with `RESOLVE_NO_SYMLINKS` refuses such a path
+/// (ELOOP) in any component. (Not landlock's `PathFd::new`, which goes through std's
+/// `OpenOptions`: on musl, std drops `O_PATH` from custom flags.)
 fn open_path(path: &Path) -> nix::Result<OwnedFd> {
-    let fd = path.with_nix_path(|path| unsafe {
-        libc::syscall(
-            libc::SYS_openat,
-            libc::AT_FDCWD,
-            path.as_ptr(),
-            libc::O_PATH | libc::O_CLOEXEC,
-        )
-    })?;
-    if fd < 0 {
-        return Err(nix::errno::Errno::last());
+    let how = OpenHow::new()
+        .flags(OFlag::O_PATH | OFlag::O_CLOEXEC)
+        .resolve(ResolveFlag::RESOLVE_NO_SYMLINKS);
+    match nix::fcntl::openat2(nix::fcntl::AT_FDCWD, path, how) {
+        // A container's seccomp filter may not know openat2 (Landlock ABI 6 means Linux
+        // 6.12 or newer, which has it): check the last component at least.
+        Err(nix::errno::Errno::ENOSYS) => open_path_without_openat2(path),
+        other => other,
     }
-    // SAFETY: a descriptor the kernel has just returned, owned by nothing else.
-    Ok(unsafe { OwnedFd::from_raw_fd(fd as RawFd) })
+}
+
+fn open_path_without_openat2(path: &Path) -> nix::Result<OwnedFd> {
+    let fd = nix::fcntl::open(
+        path,
+        OFlag::O_PATH | OFlag::O_CLOEXEC | OFlag::O_NOFOLLOW,
+        nix::sys::stat::Mode::empty(),
+    )?;
+    if nix::sys::stat::fstat(&fd)?.st_mode & libc::S_IFMT == libc::S_IFLNK {
+        return Err(nix::errno::Errno::ELOOP);
+    }
+    Ok(fd)
 }
 
 fn add(
@@ -98,6 +106,8 @@ fn add(
     let fd = match open_path(path) {
         Ok(fd) => fd,
         Err(nix::errno::Errno::ENOENT) if optional => return Ok(ruleset),
+        // Replaced by (or moved under) a symlink since planning: no grant, the safe side.
+        Err(nix::errno::Errno::ELOOP) if optional => return Ok(ruleset),
         Err(e) => {
             return Err(LandlockError(format!(
                 "cannot open {}: {}",
@@ -202,6 +212,92 @@ mod tests {
             .unwrap()
             .to_string();
         assert!(message.contains("gone"), "{message}");
+    }
+
+    /// Runs `sh -c script` in `dir` under `rules` (Landlock only, in the child between
+    /// fork and exec) and returns its exit status.
+    fn run_restricted(rules: &[Rule], dir: &Path, script: &str) -> std::process::ExitStatus {
+        use std::os::fd::AsRawFd;
+        use std::os::unix::process::CommandExt;
+        let ruleset: Option<OwnedFd> = build(rules).unwrap().into();
+        let ruleset = ruleset.unwrap();
+        let fd = ruleset.as_raw_fd();
+        let mut cmd = std::process::Command::new("/bin/sh");
+        cmd.args(["-c", script]).current_dir(dir);
+        // SAFETY: only system calls between fork and exec.
+        unsafe {
+            cmd.pre_exec(move || {
+                if libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0
+                    || libc::syscall(libc::SYS_landlock_restrict_self, fd, 0u32) != 0
+                {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+        cmd.status().unwrap()
+    }
+
+    /// Planning lists a hidden file's siblings; one of them replaced by a symlink to the
+    /// hidden file before the ruleset is built must not carry its grant over to the
+    /// target. Decided by what reaches the writable directory.
+    #[test]
+    fn a_sibling_swapped_for_a_symlink_after_planning_grants_nothing() {
+        let Some((dir, _)) = missing_path_where_landlock_works() else {
+            return;
+        };
+        let root = dir.path().canonicalize().unwrap();
+        std::fs::create_dir_all(root.join("hidden")).unwrap();
+        std::fs::write(root.join("hidden/key"), "SECRET\n").unwrap();
+        std::fs::create_dir_all(root.join("sibling")).unwrap();
+        std::fs::write(root.join("sibling/key"), "public\n").unwrap();
+        let out = root.join("out");
+        std::fs::create_dir(&out).unwrap();
+        // As planned for a hidden `hidden`: its sibling, the writable directory, and the
+        // system directories sh and cat need; the directory holding them is only listed.
+        let rules = [
+            rule(Path::new("/usr"), Grant::ReadTree),
+            rule(Path::new("/bin"), Grant::ReadTree),
+            rule(Path::new("/lib"), Grant::ReadTree),
+            rule(Path::new("/lib64"), Grant::ReadTree),
+            rule(Path::new("/etc"), Grant::ReadTree),
+            rule(&root, Grant::List),
+            rule(&root.join("sibling"), Grant::ReadTree),
+            rule(&out, Grant::Write),
+        ];
+        let copy = "cat sibling/key > out/copy";
+        // The control: the sibling as planned is readable, so the probe can succeed.
+        run_restricted(&rules, &root, copy);
+        assert_eq!(
+            std::fs::read_to_string(out.join("copy")).unwrap(),
+            "public\n"
+        );
+        std::fs::remove_file(out.join("copy")).unwrap();
+
+        std::fs::rename(root.join("sibling"), root.join("old-sibling")).unwrap();
+        std::os::unix::fs::symlink(root.join("hidden"), root.join("sibling")).unwrap();
+        run_restricted(&rules, &root, copy);
+        let copied = std::fs::read_to_string(out.join("copy")).unwrap_or_default();
+        assert!(
+            !copied.contains("SECRET"),
+            "the swapped-in symlink granted the hidden file"
+        );
+    }
+
+    #[test]
+    fn without_openat2_a_symlink_in_the_last_component_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir(dir.path().join("real")).unwrap();
+        std::os::unix::fs::symlink(dir.path().join("real"), dir.path().join("link")).unwrap();
+        assert!(open_path_without_openat2(&dir.path().join("real")).is_ok());
+        assert_eq!(
+            open_path_without_openat2(&dir.path().join("link")).err(),
+            Some(nix::errno::Errno::ELOOP)
+        );
+        assert_eq!(
+            open_path(&dir.path().join("link/x")).err(),
+            Some(nix::errno::Errno::ELOOP)
+        );
     }
 
     /// A rule names its path with an `O_PATH` descriptor, which opens nothing: a FIFO
