@@ -173,6 +173,22 @@ pub fn parameters<T: JsonSchema>() -> Value {
     schema
 }
 
+/// [`parameters`] of `T`, generated once per process: every call checks its arguments
+/// against it, and a long session (chat, mcp) makes many calls. One leaked value per tool.
+fn cached_parameters<T: JsonSchema + 'static>() -> &'static Value {
+    use std::any::TypeId;
+    use std::collections::HashMap;
+    use std::sync::{Mutex, OnceLock};
+    static CACHE: OnceLock<Mutex<HashMap<TypeId, &'static Value>>> = OnceLock::new();
+    let mut cache = CACHE
+        .get_or_init(Mutex::default)
+        .lock()
+        .unwrap_or_else(|e| e.into_inner());
+    cache
+        .entry(TypeId::of::<T>())
+        .or_insert_with(|| Box::leak(Box::new(parameters::<T>())))
+}
+
 /// What a call returns: structured content for programs, text for models.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct ToolResult {
@@ -335,7 +351,7 @@ impl Toolbox {
 pub fn parse_args<T: ToolSpec>(args: Value) -> Result<T::Args, ToolResult> {
     let bad = |why: String| ToolResult::error(format!("invalid arguments for {}: {why}", T::NAME));
     let args = normalize_args(T::NAME, args)?;
-    check_args(&parameters::<T::Args>(), &args).map_err(bad)?;
+    check_args(cached_parameters::<T::Args>(), &args).map_err(bad)?;
     serde_json::from_value(args).map_err(|e| bad(e.to_string()))
 }
 
