@@ -160,6 +160,8 @@ pub async fn run(
         launch,
         after,
         temp_dirs,
+        // Kept (not dropped) until this function returns: the call is over by then.
+        held: _held,
     } = prepared;
     let capture_max = match output {
         Output::Stream => None,

@@ -195,6 +195,24 @@ pub struct Prepared {
     pub after: Vec<Box<dyn AfterCall>>,
     /// Temporary directories (the private TMPDIR, a Seatbelt profile), removed on drop.
     pub temp_dirs: Vec<tempfile::TempDir>,
+    /// Held until the call is over: a session's Landlock ruleset goes back to its cache
+    /// then, once the command has enforced it.
+    pub held: Vec<Box<dyn std::any::Any + Send>>,
+}
+
+/// What a long-lived session (chat, mcp) keeps from one call to the next to make calls
+/// cheaper, never anything that changes what a call enforces. One per session, shared by
+/// its calls.
+#[derive(Default)]
+pub struct SessionCache {
+    #[cfg(target_os = "linux")]
+    pub(crate) landlock: std::sync::Arc<linux::landlock::RulesetCache>,
+}
+
+impl std::fmt::Debug for SessionCache {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SessionCache").finish_non_exhaustive()
+    }
 }
 
 /// Work that must wait until every sandboxed process is gone.
@@ -276,6 +294,27 @@ pub fn prepare(
     command: &[OsString],
     cwd: &Path,
 ) -> Result<Prepared, SandboxError> {
+    prepare_in(backend, policy, command, cwd, None)
+}
+
+/// [`prepare`] for a call of a long-lived session, which may reuse what `session` kept.
+pub fn prepare_in_session(
+    backend: Backend,
+    policy: &Policy,
+    command: &[OsString],
+    cwd: &Path,
+    session: &SessionCache,
+) -> Result<Prepared, SandboxError> {
+    prepare_in(backend, policy, command, cwd, Some(session))
+}
+
+fn prepare_in(
+    backend: Backend,
+    policy: &Policy,
+    command: &[OsString],
+    cwd: &Path,
+    session: Option<&SessionCache>,
+) -> Result<Prepared, SandboxError> {
     if command.is_empty() || command[0].is_empty() {
         return Err(SandboxError::Unavailable(
             "no command given: pass one after `--`, e.g. `chitti sandbox exec -- ls`".into(),
@@ -284,7 +323,7 @@ pub fn prepare(
     match backend {
         #[cfg(target_os = "linux")]
         Backend::Bwrap | Backend::Landlock | Backend::None => {
-            linux::prepare(backend, policy, command, cwd)
+            linux::prepare(backend, policy, command, cwd, session)
         }
         #[cfg(target_os = "macos")]
         Backend::Seatbelt => macos::prepare(policy, command, cwd),
@@ -292,7 +331,7 @@ pub fn prepare(
         Backend::None => unsandboxed(policy, command, cwd),
         #[allow(unreachable_patterns)]
         _ => {
-            let _ = (policy, cwd);
+            let _ = (policy, cwd, session);
             Err(SandboxError::Unavailable(format!(
                 "the {} backend does not exist on {}",
                 backend.name(),
@@ -323,6 +362,7 @@ fn unsandboxed(
         },
         after: Vec::new(),
         temp_dirs: Vec::new(),
+        held: Vec::new(),
     })
 }
 

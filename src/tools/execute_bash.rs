@@ -94,7 +94,8 @@ pub async fn run(toolbox: &Toolbox, args: Args, cancel: impl Future<Output = ()>
 
     let command: Vec<OsString> = vec!["bash".into(), "-c".into(), args.command.into()];
     let outcome = async {
-        let prepared = sandbox::prepare(backend, policy, &command, &cwd)?;
+        let prepared =
+            sandbox::prepare_in_session(backend, policy, &command, &cwd, &toolbox.session)?;
         let output = Output::Capture {
             max_bytes: toolbox.output_cap,
         };

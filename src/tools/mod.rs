@@ -232,6 +232,8 @@ pub struct Toolbox {
     pub allow_sandbox_false: bool,
     /// When set, `policy` is resolved again from it for every call.
     source: Option<Arc<PolicySource>>,
+    /// What the session's calls reuse from one another (the Landlock ruleset).
+    session: Arc<crate::sandbox::SessionCache>,
 }
 
 impl Toolbox {
@@ -242,6 +244,7 @@ impl Toolbox {
             output_cap: DEFAULT_OUTPUT_CAP,
             allow_sandbox_false: false,
             source: None,
+            session: Arc::default(),
         }
     }
 
@@ -528,6 +531,45 @@ mod tests {
         assert!(
             r.text.contains("AWS-DECOY-KEY"),
             "the control could not read it: {}",
+            r.text
+        );
+    }
+
+    /// On landlock a session keeps its ruleset between calls: a credential that appears
+    /// after a call, in a directory that call's ruleset granted whole, must still be
+    /// hidden from the next (the plan changes, so the kept ruleset is not used).
+    #[cfg(target_os = "linux")]
+    #[tokio::test]
+    async fn a_kept_landlock_ruleset_does_not_cover_a_credential_that_appeared_since() {
+        if let Some(why) = crate::sandbox::Capabilities::get().landlock_blocker() {
+            eprintln!("SKIP: {why}");
+            return;
+        }
+        let fx = Fixture::new();
+        // ~/.cargo holds no credential yet: the first plan grants it whole.
+        std::fs::create_dir_all(fx.home.join(".cargo")).unwrap();
+        std::fs::write(fx.home.join(".cargo/config.toml"), "[build]\n").unwrap();
+        let session = Toolbox::resolving_each_call(
+            (*fx.policy).clone(),
+            fx.source.clone(),
+            Backend::Landlock,
+        );
+        let cat =
+            json!({"command": "cat ~/.cargo/config.toml ~/.cargo/credentials.toml; echo ran"});
+        // Two calls: the second runs under the ruleset the first built.
+        for _ in 0..2 {
+            let r = session.call("execute_bash", cat.clone()).await;
+            assert!(
+                r.text.contains("[build]") && r.text.contains("ran"),
+                "{}",
+                r.text
+            );
+        }
+        std::fs::write(fx.home.join(".cargo/credentials.toml"), "CARGO-DECOY-TOKEN").unwrap();
+        let r = session.call("execute_bash", cat).await;
+        assert!(
+            r.text.contains("[build]") && !r.text.contains("CARGO-DECOY-TOKEN"),
+            "{}",
             r.text
         );
     }

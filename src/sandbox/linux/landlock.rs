@@ -39,6 +39,14 @@ fn device_rw_access() -> BitFlags<AccessFs> {
 /// Builds (but does not enforce) the ruleset. Enforcement happens in the command
 /// between fork and exec (`landlock_restrict_self` on the ruleset's descriptor).
 pub fn build(rules: &[Rule]) -> Result<RulesetCreated, LandlockError> {
+    build_noting(rules, None)
+}
+
+/// [`build`], also noting in `ids` which file each rule named (None: left out).
+fn build_noting(
+    rules: &[Rule],
+    mut ids: Option<&mut Vec<Option<FileId>>>,
+) -> Result<RulesetCreated, LandlockError> {
     let mut ruleset = Ruleset::default()
         .set_compatibility(CompatLevel::HardRequirement)
         .handle_access(AccessFs::from_all(PINNED_ABI))
@@ -48,21 +56,170 @@ pub fn build(rules: &[Rule]) -> Result<RulesetCreated, LandlockError> {
         .create()
         .map_err(err("creating the ruleset"))?;
     for rule in rules {
-        let (is_dir, access) = match rule.grant {
-            Grant::List => (true, AccessFs::ReadDir.into()),
-            Grant::ReadTree => (true, read_dir_access()),
-            Grant::ReadFile => (false, read_file_access()),
-            Grant::Device => (false, device_rw_access()),
-            Grant::Write => (true, AccessFs::from_all(PINNED_ABI)),
-        };
+        let (is_dir, access) = grant_of(rule.grant);
         // The read allow-list names the siblings of every directory on the way to a hidden
         // path, listed moments ago; one of them may be gone by now (another program
         // removed it). A rule that only allows reading can be left out then: without it
         // the path is denied, the safe side. A writable root must exist.
         let optional = !matches!(rule.grant, Grant::Write);
-        ruleset = add(ruleset, &rule.path, is_dir, access, optional)?;
+        let (next, id) = add(ruleset, &rule.path, is_dir, access, optional, ids.is_some())?;
+        ruleset = next;
+        if let Some(ids) = ids.as_deref_mut() {
+            ids.push(id);
+        }
     }
     Ok(ruleset)
+}
+
+fn grant_of(grant: Grant) -> (bool, BitFlags<AccessFs>) {
+    match grant {
+        Grant::List => (true, AccessFs::ReadDir.into()),
+        Grant::ReadTree => (true, read_dir_access()),
+        Grant::ReadFile => (false, read_file_access()),
+        Grant::Device => (false, device_rw_access()),
+        Grant::Write => (true, AccessFs::from_all(PINNED_ABI)),
+    }
+}
+
+/// The file a path named: device, inode, and whether it was a directory (which decides
+/// the rights a rule on it can carry).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct FileId {
+    dev: u64,
+    ino: u64,
+    dir: bool,
+}
+
+impl FileId {
+    fn of(stat: &libc::stat) -> FileId {
+        FileId {
+            dev: stat.st_dev,
+            ino: stat.st_ino,
+            dir: stat.st_mode & libc::S_IFMT == libc::S_IFDIR,
+        }
+    }
+
+    /// What `path` names now, without following a symlink in its last component.
+    fn now(path: &Path) -> Option<FileId> {
+        nix::sys::stat::lstat(path).ok().map(|s| FileId::of(&s))
+    }
+}
+
+/// How many calls one kept ruleset serves before it is built afresh. Each call adds a
+/// write rule for its private TMPDIR, removed after the call: the rule then names a
+/// directory no path leads to (Landlock keeps it allocated until the ruleset goes), so it
+/// grants nothing; the bound keeps the ruleset, and what it holds, from growing.
+const CALLS_PER_RULESET: usize = 64;
+
+/// The ruleset of a session's last call, kept for the next one (chat, mcp).
+///
+/// Building a ruleset costs an `openat2`, `landlock_add_rule` and `close` per rule (about
+/// 0.6 ms for the ~190 rules of a call run as root); the plan is made afresh for every
+/// call anyway. The kept ruleset is used again only when the new plan is the same list of
+/// rules and every path in it still names the file it named when the ruleset was built
+/// (device and inode, seen without following a symlink): a ruleset built now would then
+/// be the same. Anything else (a new sibling, a file replaced by rename, a path that
+/// appeared or became a symlink) builds a new one. Landlock holds a reference on every
+/// file a rule names, so while the ruleset lives no new file can take the device and
+/// inode of a granted one. One call at a time holds it; a concurrent call builds its own.
+#[derive(Default)]
+pub struct RulesetCache {
+    slot: std::sync::Mutex<Option<Kept>>,
+}
+
+struct Kept {
+    rules: Vec<Rule>,
+    ids: Vec<Option<FileId>>,
+    ruleset: RulesetCreated,
+    calls: usize,
+}
+
+impl Kept {
+    fn serves(&self, rules: &[Rule]) -> bool {
+        self.calls < CALLS_PER_RULESET
+            && self.rules == rules
+            && self.rules.iter().zip(&self.ids).all(|(rule, id)| match id {
+                Some(id) => FileId::now(&rule.path) == Some(*id),
+                // Left out (missing, or reached through a symlink): only while a new
+                // ruleset would leave it out too.
+                None => open_path(&rule.path).is_err(),
+            })
+    }
+}
+
+/// Hands a session's ruleset back to its cache once the call is over (on drop).
+pub struct Lease {
+    cache: std::sync::Arc<RulesetCache>,
+    kept: Option<Kept>,
+    /// The call's private TMPDIR, granted in the ruleset from now on.
+    tmp: Option<std::path::PathBuf>,
+    /// Whether the ruleset was built for this call (rather than kept from an earlier one).
+    pub fresh: bool,
+}
+
+impl Drop for Lease {
+    fn drop(&mut self) {
+        // The grant on this call's TMPDIR stays in the ruleset; it is harmless only once
+        // the directory is gone (removed after the call). If it is still there (the call
+        // did not get that far, or the removal failed), the next call must not inherit
+        // it: the ruleset is dropped instead.
+        if self
+            .tmp
+            .as_deref()
+            .is_some_and(|t| t.symlink_metadata().is_ok())
+        {
+            return;
+        }
+        if let Some(kept) = self.kept.take() {
+            *self.cache.slot.lock().unwrap_or_else(|e| e.into_inner()) = Some(kept);
+        }
+    }
+}
+
+impl RulesetCache {
+    /// The ruleset for `rules`, plus full access to `tmp` (this call's private TMPDIR),
+    /// as the descriptor the command enforces; the lease returns it to the cache when
+    /// dropped, which must not happen before the command has enforced it.
+    pub fn ruleset_for(
+        self: &std::sync::Arc<Self>,
+        rules: &[Rule],
+        tmp: Option<&Path>,
+    ) -> Result<(OwnedFd, Lease), LandlockError> {
+        let taken = self.slot.lock().unwrap_or_else(|e| e.into_inner()).take();
+        let (mut kept, fresh) = match taken {
+            Some(kept) if kept.serves(rules) => (kept, false),
+            _ => {
+                let mut ids = Vec::with_capacity(rules.len());
+                let ruleset = build_noting(rules, Some(&mut ids))?;
+                let kept = Kept {
+                    rules: rules.to_vec(),
+                    ids,
+                    ruleset,
+                    calls: 0,
+                };
+                (kept, true)
+            }
+        };
+        // A second descriptor of the same ruleset: what is added through it is in both.
+        let mut ruleset = kept
+            .ruleset
+            .try_clone()
+            .map_err(|e| LandlockError(format!("duplicating the ruleset: {e}")))?;
+        if let Some(tmp) = tmp {
+            let (is_dir, access) = grant_of(Grant::Write);
+            ruleset = add(ruleset, tmp, is_dir, access, false, false)?.0;
+        }
+        kept.calls += 1;
+        let fd: Option<OwnedFd> = ruleset.into();
+        let fd = fd.ok_or_else(|| LandlockError("the kernel returned no ruleset".into()))?;
+        let lease = Lease {
+            cache: std::sync::Arc::clone(self),
+            kept: Some(kept),
+            tmp: tmp.map(Path::to_path_buf),
+            fresh,
+        };
+        Ok((fd, lease))
+    }
 }
 
 /// Opens `path` only to name it in a rule (`O_PATH`): no read permission is needed, and a
@@ -96,18 +253,20 @@ fn open_path_without_openat2(path: &Path) -> nix::Result<OwnedFd> {
     Ok(fd)
 }
 
+/// Adds the rule for `path`; with `note_id`, also says which file it named.
 fn add(
     ruleset: RulesetCreated,
     path: &Path,
     is_dir: bool,
     access: BitFlags<AccessFs>,
     optional: bool,
-) -> Result<RulesetCreated, LandlockError> {
+    note_id: bool,
+) -> Result<(RulesetCreated, Option<FileId>), LandlockError> {
     let fd = match open_path(path) {
         Ok(fd) => fd,
-        Err(nix::errno::Errno::ENOENT) if optional => return Ok(ruleset),
+        Err(nix::errno::Errno::ENOENT) if optional => return Ok((ruleset, None)),
         // Replaced by (or moved under) a symlink since planning: no grant, the safe side.
-        Err(nix::errno::Errno::ELOOP) if optional => return Ok(ruleset),
+        Err(nix::errno::Errno::ELOOP) if optional => return Ok((ruleset, None)),
         Err(e) => {
             return Err(LandlockError(format!(
                 "cannot open {}: {}",
@@ -116,14 +275,27 @@ fn add(
             )))
         }
     };
+    let id = if note_id {
+        let stat = nix::sys::stat::fstat(&fd).map_err(|e| {
+            LandlockError(format!(
+                "cannot stat {}: {}",
+                path.display(),
+                std::io::Error::from(e)
+            ))
+        })?;
+        Some(FileId::of(&stat))
+    } else {
+        None
+    };
     let access = if is_dir {
         access
     } else {
         access & AccessFs::from_file(PINNED_ABI)
     };
-    ruleset
+    let ruleset = ruleset
         .add_rule(PathBeneath::new(fd, access))
-        .map_err(|e| LandlockError(format!("rule for {}: {e}", path.display())))
+        .map_err(|e| LandlockError(format!("rule for {}: {e}", path.display())))?;
+    Ok((ruleset, id))
 }
 
 /// The kernel's Landlock ABI version, or why there is none.
@@ -217,10 +389,14 @@ mod tests {
     /// Runs `sh -c script` in `dir` under `rules` (Landlock only, in the child between
     /// fork and exec) and returns its exit status.
     fn run_restricted(rules: &[Rule], dir: &Path, script: &str) -> std::process::ExitStatus {
+        let ruleset: Option<OwnedFd> = build(rules).unwrap().into();
+        run_under(&ruleset.unwrap(), dir, script)
+    }
+
+    /// Runs `sh -c script` in `dir` under the ruleset `ruleset`.
+    fn run_under(ruleset: &OwnedFd, dir: &Path, script: &str) -> std::process::ExitStatus {
         use std::os::fd::AsRawFd;
         use std::os::unix::process::CommandExt;
-        let ruleset: Option<OwnedFd> = build(rules).unwrap().into();
-        let ruleset = ruleset.unwrap();
         let fd = ruleset.as_raw_fd();
         let mut cmd = std::process::Command::new("/bin/sh");
         cmd.args(["-c", script]).current_dir(dir);
@@ -281,6 +457,130 @@ mod tests {
         assert!(
             !copied.contains("SECRET"),
             "the swapped-in symlink granted the hidden file"
+        );
+    }
+
+    /// The system directories sh and cat need, a listed `root`, and `more`.
+    fn rules_for_sh(root: &Path, more: &[(&str, Grant)]) -> Vec<Rule> {
+        let mut rules: Vec<Rule> = ["/usr", "/bin", "/lib", "/lib64", "/etc"]
+            .iter()
+            .map(|p| rule(Path::new(p), Grant::ReadTree))
+            .collect();
+        rules.push(rule(root, Grant::List));
+        for (name, grant) in more {
+            rules.push(rule(&root.join(name), *grant));
+        }
+        rules
+    }
+
+    /// A session keeps its ruleset while nothing it names has changed, and builds a new
+    /// one as soon as anything has: a file replaced by rename, a path that appeared, a
+    /// different plan. Decided by what a command under each ruleset could read.
+    #[test]
+    fn a_session_reuses_its_ruleset_only_while_every_path_names_the_same_file() {
+        let Some((dir, _)) = missing_path_where_landlock_works() else {
+            return;
+        };
+        let root = dir.path().canonicalize().unwrap();
+        std::fs::create_dir(root.join("tree")).unwrap();
+        std::fs::write(root.join("tree/a"), "tree\n").unwrap();
+        std::fs::write(root.join("file"), "one\n").unwrap();
+        std::fs::create_dir(root.join("out")).unwrap();
+        let rules = rules_for_sh(
+            &root,
+            &[
+                ("tree", Grant::ReadTree),
+                ("file", Grant::ReadFile),
+                ("later", Grant::ReadFile),
+                ("out", Grant::Write),
+            ],
+        );
+        let cache = std::sync::Arc::new(RulesetCache::default());
+        let copy = |fd: &OwnedFd| {
+            let _ = std::fs::remove_file(root.join("out/copy"));
+            run_under(fd, &root, "cat file > out/copy");
+            std::fs::read_to_string(root.join("out/copy")).unwrap_or_default()
+        };
+        let call = |rules: &[Rule]| {
+            let tmp = tempfile::tempdir_in(&root).unwrap();
+            let (fd, lease) = cache.ruleset_for(rules, Some(tmp.path())).unwrap();
+            // The call writes in its TMPDIR, which is then removed, as after a call.
+            assert!(run_under(&fd, tmp.path(), "echo x > t").success());
+            drop(tmp);
+            (fd, lease)
+        };
+
+        let (_, first) = call(&rules);
+        assert!(first.fresh);
+        drop(first);
+        let (fd, second) = call(&rules);
+        assert!(
+            !second.fresh,
+            "nothing changed, yet the ruleset was built again"
+        );
+        assert_eq!(copy(&fd), "one\n");
+        // While one call holds it, another builds its own.
+        let (_, concurrent) = call(&rules);
+        assert!(concurrent.fresh);
+        drop(concurrent);
+        drop(second);
+
+        // Replaced by rename: a kept ruleset would grant the old file, not this one.
+        std::fs::write(root.join("file.new"), "two\n").unwrap();
+        std::fs::rename(root.join("file.new"), root.join("file")).unwrap();
+        let (fd, third) = call(&rules);
+        assert!(third.fresh, "a replaced file kept its old grant");
+        assert_eq!(copy(&fd), "two\n");
+        drop(third);
+
+        // A path that was missing when the ruleset was built, and is there now.
+        std::fs::write(root.join("later"), "late\n").unwrap();
+        let (_, fourth) = call(&rules);
+        assert!(fourth.fresh, "a path that appeared was not granted");
+        drop(fourth);
+
+        // Another plan.
+        let fewer = &rules[..rules.len() - 2];
+        let (_, fifth) = call(fewer);
+        assert!(fifth.fresh);
+        drop(fifth);
+        let (_, sixth) = call(fewer);
+        assert!(!sixth.fresh);
+    }
+
+    /// Every call of a session gets its own TMPDIR granted; one whose directory outlived
+    /// the call (its removal failed) must not leave that grant to the next call.
+    #[test]
+    fn a_tmpdir_that_outlives_its_call_is_not_left_to_the_next() {
+        let Some((dir, _)) = missing_path_where_landlock_works() else {
+            return;
+        };
+        let root = dir.path().canonicalize().unwrap();
+        let rules = rules_for_sh(&root, &[]);
+        let cache = std::sync::Arc::new(RulesetCache::default());
+        let stale = root.join("stale-tmp");
+        std::fs::create_dir(&stale).unwrap();
+        let (_, lease) = cache.ruleset_for(&rules, Some(&stale)).unwrap();
+        drop(lease); // the directory is still there
+        let fresh_tmp = root.join("tmp-2");
+        std::fs::create_dir(&fresh_tmp).unwrap();
+        let (fd, lease) = cache.ruleset_for(&rules, Some(&fresh_tmp)).unwrap();
+        assert!(
+            lease.fresh,
+            "the ruleset granting a leftover TMPDIR was kept"
+        );
+        run_under(
+            &fd,
+            &fresh_tmp,
+            "echo x > ../stale-tmp/planted; echo y > mine",
+        );
+        assert!(
+            fresh_tmp.join("mine").exists(),
+            "the call's own TMPDIR is writable"
+        );
+        assert!(
+            !stale.join("planted").exists(),
+            "a call wrote into an earlier call's TMPDIR"
         );
     }
 

@@ -34,10 +34,13 @@ pub fn prepare(
     policy: &Policy,
     command: &[OsString],
     cwd: &Path,
+    session: Option<&super::SessionCache>,
 ) -> Result<Prepared, SandboxError> {
     match backend {
         Backend::Bwrap => prepare_bwrap(policy, command, cwd),
-        Backend::Landlock | Backend::None => prepare_supervised(backend, policy, command, cwd),
+        Backend::Landlock | Backend::None => {
+            prepare_supervised(backend, policy, command, cwd, session)
+        }
         Backend::Seatbelt => Err(SandboxError::Unavailable(
             "the seatbelt backend exists only on macOS".into(),
         )),
@@ -111,6 +114,7 @@ fn prepare_bwrap(
         },
         after,
         temp_dirs: Vec::new(),
+        held: Vec::new(),
     })
 }
 
@@ -126,6 +130,7 @@ fn prepare_supervised(
     policy: &Policy,
     command: &[OsString],
     cwd: &Path,
+    session: Option<&super::SessionCache>,
 ) -> Result<Prepared, SandboxError> {
     let sandboxed = backend == Backend::Landlock;
     let mut after: Vec<Box<dyn super::AfterCall>> = Vec::new();
@@ -155,22 +160,42 @@ fn prepare_supervised(
         after.extend(super::nested_repo_checks(policy));
     }
 
+    let mut held: Vec<Box<dyn std::any::Any + Send>> = Vec::new();
     let restrictions = if sandboxed {
-        let mut writable = policy.writable.clone();
-        writable.extend(tmp_path.clone());
+        let unavailable = |e: landlock::LandlockError| SandboxError::Unavailable(e.to_string());
         let terminals = stdio_terminals();
-        let rules = landlock_rules::plan(&landlock_rules::Spec {
-            writable: &writable,
-            deny_read: &policy.deny_read,
-            terminals: &terminals,
-        });
-        let ruleset =
-            landlock::build(&rules).map_err(|e| SandboxError::Unavailable(e.to_string()))?;
-        let fd: Option<OwnedFd> = ruleset.into();
+        let ruleset = match session {
+            // The private TMPDIR is new for every call: it is granted on its own, so
+            // that the rest of the plan can be the same from one call to the next.
+            Some(session) => {
+                let rules = landlock_rules::plan(&landlock_rules::Spec {
+                    writable: &policy.writable,
+                    deny_read: &policy.deny_read,
+                    terminals: &terminals,
+                });
+                let (fd, lease) = session
+                    .landlock
+                    .ruleset_for(&rules, tmp_path.as_deref())
+                    .map_err(unavailable)?;
+                held.push(Box::new(lease));
+                fd
+            }
+            None => {
+                let mut writable = policy.writable.clone();
+                writable.extend(tmp_path.clone());
+                let rules = landlock_rules::plan(&landlock_rules::Spec {
+                    writable: &writable,
+                    deny_read: &policy.deny_read,
+                    terminals: &terminals,
+                });
+                let fd: Option<OwnedFd> = landlock::build(&rules).map_err(unavailable)?.into();
+                fd.ok_or_else(|| {
+                    SandboxError::Unavailable("landlock: the kernel returned no ruleset".into())
+                })?
+            }
+        };
         Some(supervisor::Restrictions {
-            landlock: fd.ok_or_else(|| {
-                SandboxError::Unavailable("landlock: the kernel returned no ruleset".into())
-            })?,
+            landlock: ruleset,
             seccomp: seccomp::program(policy.network, true)
                 .map_err(|e| SandboxError::Unavailable(e.to_string()))?,
             last_cap: caps::last_cap(),
@@ -193,6 +218,7 @@ fn prepare_supervised(
         launch: Launch::Supervised(spec),
         after: Vec::new(),
         temp_dirs,
+        held,
     })
 }
 

@@ -58,5 +58,6 @@ pub fn prepare(
         },
         after: super::nested_repo_checks(policy),
         temp_dirs,
+        held: Vec::new(),
     })
 }
