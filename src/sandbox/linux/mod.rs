@@ -163,16 +163,19 @@ fn prepare_supervised(
     let mut held: Vec<Box<dyn std::any::Any + Send>> = Vec::new();
     let restrictions = if sandboxed {
         let unavailable = |e: landlock::LandlockError| SandboxError::Unavailable(e.to_string());
-        let terminals = stdio_terminals();
+        // In a session the private TMPDIR, new for every call, is granted on its own, so
+        // that the rest of the plan can be the same from one call to the next.
+        let mut writable = policy.writable.clone();
+        if session.is_none() {
+            writable.extend(tmp_path.clone());
+        }
+        let rules = landlock_rules::plan(&landlock_rules::Spec {
+            writable: &writable,
+            deny_read: &policy.deny_read,
+            terminals: &stdio_terminals(),
+        });
         let ruleset = match session {
-            // The private TMPDIR is new for every call: it is granted on its own, so
-            // that the rest of the plan can be the same from one call to the next.
             Some(session) => {
-                let rules = landlock_rules::plan(&landlock_rules::Spec {
-                    writable: &policy.writable,
-                    deny_read: &policy.deny_read,
-                    terminals: &terminals,
-                });
                 let (fd, lease) = session
                     .landlock
                     .ruleset_for(&rules, tmp_path.as_deref())
@@ -181,13 +184,6 @@ fn prepare_supervised(
                 fd
             }
             None => {
-                let mut writable = policy.writable.clone();
-                writable.extend(tmp_path.clone());
-                let rules = landlock_rules::plan(&landlock_rules::Spec {
-                    writable: &writable,
-                    deny_read: &policy.deny_read,
-                    terminals: &terminals,
-                });
                 let fd: Option<OwnedFd> = landlock::build(&rules).map_err(unavailable)?.into();
                 fd.ok_or_else(|| {
                     SandboxError::Unavailable("landlock: the kernel returned no ruleset".into())
