@@ -414,6 +414,19 @@ mod tests {
         cmd.status().unwrap()
     }
 
+    /// The system directories sh and cat need, a listed `root`, and `more`.
+    fn rules_for_sh(root: &Path, more: &[(&str, Grant)]) -> Vec<Rule> {
+        let mut rules: Vec<Rule> = ["/usr", "/bin", "/lib", "/lib64", "/etc"]
+            .iter()
+            .map(|p| rule(Path::new(p), Grant::ReadTree))
+            .collect();
+        rules.push(rule(root, Grant::List));
+        for (name, grant) in more {
+            rules.push(rule(&root.join(name), *grant));
+        }
+        rules
+    }
+
     /// Planning lists a hidden file's siblings; one of them replaced by a symlink to the
     /// hidden file before the ruleset is built must not carry its grant over to the
     /// target. Decided by what reaches the writable directory.
@@ -431,16 +444,10 @@ mod tests {
         std::fs::create_dir(&out).unwrap();
         // As planned for a hidden `hidden`: its sibling, the writable directory, and the
         // system directories sh and cat need; the directory holding them is only listed.
-        let rules = [
-            rule(Path::new("/usr"), Grant::ReadTree),
-            rule(Path::new("/bin"), Grant::ReadTree),
-            rule(Path::new("/lib"), Grant::ReadTree),
-            rule(Path::new("/lib64"), Grant::ReadTree),
-            rule(Path::new("/etc"), Grant::ReadTree),
-            rule(&root, Grant::List),
-            rule(&root.join("sibling"), Grant::ReadTree),
-            rule(&out, Grant::Write),
-        ];
+        let rules = rules_for_sh(
+            &root,
+            &[("sibling", Grant::ReadTree), ("out", Grant::Write)],
+        );
         let copy = "cat sibling/key > out/copy";
         // The control: the sibling as planned is readable, so the probe can succeed.
         run_restricted(&rules, &root, copy);
@@ -458,19 +465,6 @@ mod tests {
             !copied.contains("SECRET"),
             "the swapped-in symlink granted the hidden file"
         );
-    }
-
-    /// The system directories sh and cat need, a listed `root`, and `more`.
-    fn rules_for_sh(root: &Path, more: &[(&str, Grant)]) -> Vec<Rule> {
-        let mut rules: Vec<Rule> = ["/usr", "/bin", "/lib", "/lib64", "/etc"]
-            .iter()
-            .map(|p| rule(Path::new(p), Grant::ReadTree))
-            .collect();
-        rules.push(rule(root, Grant::List));
-        for (name, grant) in more {
-            rules.push(rule(&root.join(name), *grant));
-        }
-        rules
     }
 
     /// A session keeps its ruleset while nothing it names has changed, and builds a new
