@@ -608,6 +608,33 @@ async fn credentials_created_after_the_server_started_stay_unreadable() {
     assert!(read.is_error && !read.text.contains(&aws), "{read:?}");
 }
 
+/// `chitti mcp` started for a client that speaks the protocol itself (raw JSON lines on
+/// its stdin), with `stdout` as its standard output.
+fn raw_server(fx: &Fixture, stdout: Stdio) -> std::process::Child {
+    std::process::Command::new(chitti_bin())
+        .args(["mcp", "-w"])
+        .arg(&fx.ws)
+        .current_dir(&fx.ws)
+        .env_clear()
+        .env("PATH", PATH)
+        .env("HOME", &fx.home)
+        .stdin(Stdio::piped())
+        .stdout(stdout)
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start chitti mcp")
+}
+
+/// What a raw client sends first: `initialize` (id 1), then `notifications/initialized`.
+fn handshake() -> [Value; 2] {
+    [
+        json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+            "protocolVersion": "2025-06-18", "capabilities": {},
+            "clientInfo": {"name": "t", "version": "0"}}}),
+        json!({"jsonrpc": "2.0", "method": "notifications/initialized"}),
+    ]
+}
+
 /// A client that closes stdin is gone: its running commands are killed at once, not left
 /// to finish while the session winds down (rmcp waits up to 5 s for calls in flight).
 #[test]
@@ -617,28 +644,11 @@ fn closing_stdin_kills_running_commands() {
     // Long enough to be caught running, short enough to finish inside rmcp's 5 s wait.
     let secs = format!("3.{}", &unique_sleep()[1..]);
     let _reaper = SleepReaper(secs.clone());
-    let mut server = std::process::Command::new(chitti_bin())
-        .args(["mcp", "-w"])
-        .arg(&fx.ws)
-        .current_dir(&fx.ws)
-        .env_clear()
-        .env("PATH", PATH)
-        .env("HOME", &fx.home)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("start chitti mcp");
+    let mut server = raw_server(&fx, Stdio::null());
     let mut stdin = server.stdin.take().unwrap();
     let call = json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {
         "name": "execute_bash", "arguments": {"command": format!("sleep {secs}; echo > late")}}});
-    for message in [
-        json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
-            "protocolVersion": "2025-06-18", "capabilities": {},
-            "clientInfo": {"name": "t", "version": "0"}}}),
-        json!({"jsonrpc": "2.0", "method": "notifications/initialized"}),
-        call,
-    ] {
+    for message in handshake().into_iter().chain([call]) {
         writeln!(stdin, "{message}").unwrap();
     }
     let started = wait_until(Duration::from_secs(10), || !sleepers(&secs).is_empty());
@@ -668,18 +678,7 @@ fn closing_stdin_kills_running_commands() {
 fn malformed_requests_get_json_rpc_errors_that_say_what_is_wrong() {
     use std::io::{BufRead, Write};
     let fx = Fixture::new();
-    let mut server = std::process::Command::new(chitti_bin())
-        .args(["mcp", "-w"])
-        .arg(&fx.ws)
-        .current_dir(&fx.ws)
-        .env_clear()
-        .env("PATH", PATH)
-        .env("HOME", &fx.home)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("start chitti mcp");
+    let mut server = raw_server(&fx, Stdio::piped());
     let mut stdin = server.stdin.take().unwrap();
     let stdout = std::io::BufReader::new(server.stdout.take().unwrap());
     let (lines, answers) = std::sync::mpsc::channel();
@@ -689,18 +688,14 @@ fn malformed_requests_get_json_rpc_errors_that_say_what_is_wrong() {
         }
     });
     let call = |id: u32, params: Value| json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": params});
-    for message in [
-        json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
-            "protocolVersion": "2025-06-18", "capabilities": {},
-            "clientInfo": {"name": "t", "version": "0"}}}),
-        json!({"jsonrpc": "2.0", "method": "notifications/initialized"}),
+    for message in handshake().into_iter().chain([
         call(2, json!({"tool": "execute_bash"})),
         call(
             3,
             json!({"name": "execute_bash", "arguments": "echo > made"}),
         ),
         json!({"jsonrpc": "2.0", "id": 4, "method": "tools/run", "params": {}}),
-    ] {
+    ]) {
         writeln!(stdin, "{message}").unwrap();
     }
     let mut errors = std::collections::BTreeMap::new();
