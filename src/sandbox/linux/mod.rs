@@ -183,12 +183,7 @@ fn prepare_supervised(
                 held.push(Box::new(lease));
                 fd
             }
-            None => {
-                let fd: Option<OwnedFd> = landlock::build(&rules).map_err(unavailable)?.into();
-                fd.ok_or_else(|| {
-                    SandboxError::Unavailable("landlock: the kernel returned no ruleset".into())
-                })?
-            }
+            None => landlock::build(&rules).map_err(unavailable)?,
         };
         Some(supervisor::Restrictions {
             landlock: ruleset,
