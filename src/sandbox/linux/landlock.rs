@@ -2,6 +2,7 @@
 
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::path::Path;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 use landlock::{
     make_bitflags, Access, AccessFs, BitFlags, CompatLevel, Compatible, Ruleset, RulesetAttr,
@@ -42,11 +43,80 @@ pub fn build(rules: &[Rule]) -> Result<OwnedFd, LandlockError> {
     build_noting(rules, None)
 }
 
-/// [`build`], also noting in `ids` which file each rule named (None: left out).
-fn build_noting(
+/// From how many rules [`build_alongside`] takes a second thread. Measured in interleaved
+/// pairs: with the ~190 rules of a call run as root the thread saves 0.1 ms; with the ~40
+/// of a user's call it costs 0.1 ms (its start, and a fork afterwards of a process that
+/// has run on two CPUs).
+const RULES_FOR_A_HELPER: usize = 100;
+
+/// [`build`], and `side` (the caller's work that does not need the ruleset). With many
+/// rules a second thread runs `side` and then adds rules alongside this one: a call run as
+/// root has some 190 (every entry of /etc beside the hidden ones), each an `openat2`, a
+/// `landlock_add_rule` and a `close`. The kernel takes both threads' rules (it locks the
+/// ruleset per rule), and the order of rules does not matter to Landlock.
+pub fn build_alongside<T: Send>(
     rules: &[Rule],
-    mut ids: Option<&mut Vec<Option<FileId>>>,
-) -> Result<OwnedFd, LandlockError> {
+    side: impl FnOnce() -> T + Send,
+) -> (Result<OwnedFd, LandlockError>, T) {
+    if rules.len() < RULES_FOR_A_HELPER {
+        let done = side();
+        return (build(rules), done);
+    }
+    let ruleset = match create() {
+        Ok(fd) => fd,
+        Err(e) => return (Err(e), side()),
+    };
+    let next = AtomicUsize::new(0);
+    let failed = AtomicBool::new(false);
+    let add_some = || -> Result<(), LandlockError> {
+        while !failed.load(Ordering::Relaxed) {
+            let Some(rule) = rules.get(next.fetch_add(1, Ordering::Relaxed)) else {
+                break;
+            };
+            if let Err(e) = add_rule(ruleset.as_fd(), rule, false) {
+                failed.store(true, Ordering::Relaxed);
+                return Err(e);
+            }
+        }
+        Ok(())
+    };
+    // Taken by whichever thread runs it (the helper, or this one if there is no helper).
+    let side = std::sync::Mutex::new(Some(side));
+    let run_side = || {
+        let side = side.lock().ok().and_then(|mut s| s.take());
+        side.expect("the side work runs once")()
+    };
+    let (mine, theirs, side_result) = std::thread::scope(|scope| {
+        let helper = std::thread::Builder::new()
+            .name("chitti-landlock".into())
+            .stack_size(256 * 1024)
+            .spawn_scoped(scope, || {
+                let done = run_side();
+                (add_some(), done)
+            });
+        match helper {
+            Ok(helper) => {
+                let mine = add_some();
+                let (theirs, done) = helper
+                    .join()
+                    .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
+                (mine, theirs, done)
+            }
+            // No thread to be had: all of it here, in turn.
+            Err(_) => (add_some(), Ok(()), run_side()),
+        }
+    });
+    (mine.and(theirs).map(|()| ruleset), side_result)
+}
+
+/// Grants full access to `path` (a writable root) in the ruleset `ruleset`.
+pub fn grant_writable(ruleset: BorrowedFd, path: &Path) -> Result<(), LandlockError> {
+    let (is_dir, access) = grant_of(Grant::Write);
+    add(ruleset, path, is_dir, access, false, false).map(|_| ())
+}
+
+/// A ruleset handling every filesystem right and scope of the pinned ABI, without rules.
+fn create() -> Result<OwnedFd, LandlockError> {
     let ruleset = Ruleset::default()
         .set_compatibility(CompatLevel::HardRequirement)
         .handle_access(AccessFs::from_all(PINNED_ABI))
@@ -56,27 +126,37 @@ fn build_noting(
         .create()
         .map_err(err("creating the ruleset"))?;
     let ruleset: Option<OwnedFd> = ruleset.into();
-    let ruleset = ruleset.ok_or_else(|| LandlockError("the kernel returned no ruleset".into()))?;
+    ruleset.ok_or_else(|| LandlockError("the kernel returned no ruleset".into()))
+}
+
+/// [`build`], also noting in `ids` which file each rule named (None: left out).
+fn build_noting(
+    rules: &[Rule],
+    mut ids: Option<&mut Vec<Option<FileId>>>,
+) -> Result<OwnedFd, LandlockError> {
+    let ruleset = create()?;
     for rule in rules {
-        let (is_dir, access) = grant_of(rule.grant);
-        // The read allow-list names the siblings of every directory on the way to a hidden
-        // path, listed moments ago; one of them may be gone by now (another program
-        // removed it). A rule that only allows reading can be left out then: without it
-        // the path is denied, the safe side. A writable root must exist.
-        let optional = !matches!(rule.grant, Grant::Write);
-        let id = add(
-            ruleset.as_fd(),
-            &rule.path,
-            is_dir,
-            access,
-            optional,
-            ids.is_some(),
-        )?;
+        let id = add_rule(ruleset.as_fd(), rule, ids.is_some())?;
         if let Some(ids) = ids.as_deref_mut() {
             ids.push(id);
         }
     }
     Ok(ruleset)
+}
+
+/// Adds one planned rule; with `note_id`, also says which file it named.
+fn add_rule(
+    ruleset: BorrowedFd,
+    rule: &Rule,
+    note_id: bool,
+) -> Result<Option<FileId>, LandlockError> {
+    let (is_dir, access) = grant_of(rule.grant);
+    // The read allow-list names the siblings of every directory on the way to a hidden
+    // path, listed moments ago; one of them may be gone by now (another program removed
+    // it). A rule that only allows reading can be left out then: without it the path is
+    // denied, the safe side. A writable root must exist.
+    let optional = !matches!(rule.grant, Grant::Write);
+    add(ruleset, &rule.path, is_dir, access, optional, note_id)
 }
 
 fn grant_of(grant: Grant) -> (bool, BitFlags<AccessFs>) {
@@ -214,8 +294,7 @@ impl RulesetCache {
             .try_clone()
             .map_err(|e| LandlockError(format!("duplicating the ruleset: {e}")))?;
         if let Some(tmp) = tmp {
-            let (is_dir, access) = grant_of(Grant::Write);
-            add(fd.as_fd(), tmp, is_dir, access, false, false)?;
+            grant_writable(fd.as_fd(), tmp)?;
         }
         kept.calls += 1;
         let lease = Lease {
@@ -479,6 +558,54 @@ mod tests {
             rules.push(rule(&root.join(name), *grant));
         }
         rules
+    }
+
+    /// With enough rules for a second thread, every rule still lands in the one ruleset
+    /// (all granted files readable, the one left out not), the side work's result comes
+    /// back, and a failing rule fails the build. Decided by what reaches the writable
+    /// directory.
+    #[test]
+    fn a_ruleset_built_by_two_threads_has_every_rule_and_only_those() {
+        let Some((dir, gone)) = missing_path_where_landlock_works() else {
+            return;
+        };
+        let root = dir.path().canonicalize().unwrap();
+        std::fs::create_dir(root.join("out")).unwrap();
+        std::fs::write(root.join("secret"), "hidden\n").unwrap();
+        let names: Vec<String> = (0..RULES_FOR_A_HELPER).map(|i| format!("f{i}")).collect();
+        for name in &names {
+            std::fs::write(root.join(name), format!("{name}\n")).unwrap();
+        }
+        let mut more: Vec<(&str, Grant)> = names
+            .iter()
+            .map(|n| (n.as_str(), Grant::ReadFile))
+            .collect();
+        more.push(("out", Grant::Write));
+        let rules = rules_for_sh(&root, &more);
+        assert!(rules.len() >= RULES_FOR_A_HELPER);
+
+        let (built, side) = build_alongside(&rules, || 42);
+        assert_eq!(side, 42);
+        let status = run_under(
+            &built.unwrap(),
+            &root,
+            "LC_ALL=C; cat f* > out/all; cat secret > out/secret",
+        );
+        assert!(!status.success(), "reading the secret succeeded");
+        let all = std::fs::read_to_string(root.join("out/all")).unwrap();
+        let mut expected: Vec<String> = names.iter().map(|n| format!("{n}\n")).collect();
+        expected.sort();
+        assert_eq!(all, expected.concat());
+        assert_eq!(
+            std::fs::read_to_string(root.join("out/secret")).unwrap(),
+            ""
+        );
+
+        let mut failing = rules.clone();
+        failing.push(rule(&gone, Grant::Write));
+        let (built, _) = build_alongside(&failing, || ());
+        let message = built.err().unwrap().to_string();
+        assert!(message.contains("gone"), "{message}");
     }
 
     /// A directory listed while planning may be a file by the time the ruleset is built

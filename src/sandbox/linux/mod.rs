@@ -11,7 +11,7 @@ pub mod vfork;
 
 use std::ffi::OsString;
 use std::io::Write;
-use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
 
 use nix::fcntl::OFlag;
@@ -136,16 +136,63 @@ fn prepare_supervised(
     let mut after: Vec<Box<dyn super::AfterCall>> = Vec::new();
     let mut temp_dirs = Vec::new();
     let mut tmp_path: Option<PathBuf> = None;
-    if sandboxed {
+    let mut held: Vec<Box<dyn std::any::Any + Send>> = Vec::new();
+    let restrictions = if sandboxed {
         if let Some(why) = Capabilities::get().landlock_blocker() {
             return Err(SandboxError::Unavailable(why));
         }
-        if policy.private_tmp {
-            let (dir, path) = private_dir("chitti-tmp-")?;
+        let unavailable = |e: landlock::LandlockError| SandboxError::Unavailable(e.to_string());
+        // The private TMPDIR, new for every call, is granted on its own: in a session the
+        // rest of the plan can then be the same from one call to the next.
+        let rules = landlock_rules::plan(&landlock_rules::Spec {
+            writable: &policy.writable,
+            deny_read: &policy.deny_read,
+            terminals: &stdio_terminals(),
+        });
+        // What the command needs besides the ruleset, none of it depending on it.
+        let side = || -> Result<_, SandboxError> {
+            let tmp = if policy.private_tmp {
+                Some(private_dir("chitti-tmp-")?)
+            } else {
+                None
+            };
+            let seccomp = seccomp::program(policy.network, true)
+                .map_err(|e| SandboxError::Unavailable(e.to_string()))?;
+            Ok((tmp, seccomp, caps::last_cap()))
+        };
+        let (ruleset, (tmp, seccomp, last_cap)) = match session {
+            Some(session) => {
+                let side = side()?;
+                let tmp = side.0.as_ref().map(|(_, path)| path.as_path());
+                let (fd, lease) = session
+                    .landlock
+                    .ruleset_for(&rules, tmp)
+                    .map_err(unavailable)?;
+                held.push(Box::new(lease));
+                (fd, side)
+            }
+            None => {
+                let (built, side) = landlock::build_alongside(&rules, side);
+                let side = side?;
+                let fd = built.map_err(unavailable)?;
+                if let Some((_, path)) = &side.0 {
+                    landlock::grant_writable(fd.as_fd(), path).map_err(unavailable)?;
+                }
+                (fd, side)
+            }
+        };
+        if let Some((dir, path)) = tmp {
             temp_dirs.push(dir);
             tmp_path = Some(path);
         }
-    }
+        Some(supervisor::Restrictions {
+            landlock: ruleset,
+            seccomp,
+            last_cap,
+        })
+    } else {
+        None
+    };
     // `none` enforces nothing, but the environment allow-list still applies: it costs
     // nothing and keeps API keys out of commands the user did not mean to trust.
     let env = sandbox_env(policy, backend, tmp_path.as_deref());
@@ -159,41 +206,6 @@ fn prepare_supervised(
         after.push(Box::new(snapshot));
         after.extend(super::nested_repo_checks(policy));
     }
-
-    let mut held: Vec<Box<dyn std::any::Any + Send>> = Vec::new();
-    let restrictions = if sandboxed {
-        let unavailable = |e: landlock::LandlockError| SandboxError::Unavailable(e.to_string());
-        // In a session the private TMPDIR, new for every call, is granted on its own, so
-        // that the rest of the plan can be the same from one call to the next.
-        let mut writable = policy.writable.clone();
-        if session.is_none() {
-            writable.extend(tmp_path.clone());
-        }
-        let rules = landlock_rules::plan(&landlock_rules::Spec {
-            writable: &writable,
-            deny_read: &policy.deny_read,
-            terminals: &stdio_terminals(),
-        });
-        let ruleset = match session {
-            Some(session) => {
-                let (fd, lease) = session
-                    .landlock
-                    .ruleset_for(&rules, tmp_path.as_deref())
-                    .map_err(unavailable)?;
-                held.push(Box::new(lease));
-                fd
-            }
-            None => landlock::build(&rules).map_err(unavailable)?,
-        };
-        Some(supervisor::Restrictions {
-            landlock: ruleset,
-            seccomp: seccomp::program(policy.network, true)
-                .map_err(|e| SandboxError::Unavailable(e.to_string()))?,
-            last_cap: caps::last_cap(),
-        })
-    } else {
-        None
-    };
     let rlimits = if sandboxed {
         Rlimits::from(&policy.limits)
     } else {
