@@ -10,6 +10,11 @@ use std::path::Path;
 
 /// Removes `dir` and everything beneath it.
 pub fn remove_tree(dir: &Path) -> Result<(), String> {
+    // Most commands leave their TMPDIR empty: one rmdir, where remove_dir_all opens and
+    // lists the directory first.
+    if std::fs::remove_dir(dir).is_ok() {
+        return Ok(());
+    }
     if std::fs::remove_dir_all(dir).is_ok() || std::fs::symlink_metadata(dir).is_err() {
         return Ok(());
     }
