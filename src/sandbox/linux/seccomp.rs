@@ -444,13 +444,34 @@ fn emit_rules(asm: &mut Asm, rules: &[Rule]) {
     asm.ret(libc::SECCOMP_RET_ALLOW);
 }
 
+fn setting_index(network: bool, shares_host: bool) -> usize {
+    usize::from(network) * 2 + usize::from(shares_host)
+}
+
+/// What [`filter`] builds on x86_64 for each setting (at [`setting_index`]),
+/// as [`to_bytes`] writes it: building it cost some 45 µs of every one-shot sandboxed call.
+/// The test `precompiled_programs_are_what_filter_builds` keeps them current
+/// (`CHITTI_UPDATE_GOLDEN=1 cargo test precompiled_programs` rewrites them).
+#[cfg(target_arch = "x86_64")]
+const PRECOMPILED: [&[u8]; 4] = [
+    include_bytes!("../golden/seccomp-x86_64-0.bpf"),
+    include_bytes!("../golden/seccomp-x86_64-1.bpf"),
+    include_bytes!("../golden/seccomp-x86_64-2.bpf"),
+    include_bytes!("../golden/seccomp-x86_64-3.bpf"),
+];
+
 /// The filter the sandbox installs. `shares_host` is true for backends without IPC and
-/// PID namespaces (landlock). Built once per process: a long-lived session (chat, mcp)
+/// PID namespaces (landlock). Made once per process: a long-lived session (chat, mcp)
 /// installs the same program on every call.
 pub fn program(network: bool, shares_host: bool) -> Result<&'static BpfProgram, SeccompError> {
     static BUILT: [OnceLock<Result<BpfProgram, String>>; 4] = [const { OnceLock::new() }; 4];
-    BUILT[usize::from(network) * 2 + usize::from(shares_host)]
+    let index = setting_index(network, shares_host);
+    BUILT[index]
         .get_or_init(|| {
+            #[cfg(target_arch = "x86_64")]
+            if let Some(program) = from_bytes(PRECOMPILED[index]) {
+                return Ok(program);
+            }
             if !arch_supported() {
                 return Err(format!(
                     "no seccomp filter for the {} architecture",
@@ -473,6 +494,23 @@ pub fn to_bytes(program: &BpfProgram) -> Vec<u8> {
         out.extend_from_slice(&insn.k.to_ne_bytes());
     }
     out
+}
+
+/// The program [`to_bytes`] wrote, or None if `bytes` is not whole instructions.
+pub fn from_bytes(bytes: &[u8]) -> Option<BpfProgram> {
+    if bytes.is_empty() || bytes.len() % 8 != 0 {
+        return None;
+    }
+    let program = bytes
+        .chunks_exact(8)
+        .map(|b| seccompiler::sock_filter {
+            code: u16::from_ne_bytes([b[0], b[1]]),
+            jt: b[2],
+            jf: b[3],
+            k: u32::from_ne_bytes([b[4], b[5], b[6], b[7]]),
+        })
+        .collect();
+    Some(program)
 }
 
 /// A one-line summary for `chitti sandbox profile` and `doctor`.
@@ -504,6 +542,35 @@ mod tests {
         [(false, false), (true, false), (false, true), (true, true)];
     const I386: u32 = 0x4000_0003;
     use super::{RET_ENOSYS as ENOSYS, RET_EPERM as EPERM};
+
+    /// The programs shipped precompiled are the ones `filter` builds now: every other
+    /// test here checks `program`, which takes them.
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn precompiled_programs_are_what_filter_builds() {
+        for (network, shares_host) in SETTINGS {
+            let index = setting_index(network, shares_host);
+            let built = to_bytes(&filter(network, shares_host).unwrap());
+            if built == PRECOMPILED[index] {
+                continue;
+            }
+            let golden = format!("src/sandbox/golden/seccomp-x86_64-{index}.bpf");
+            if std::env::var_os("CHITTI_UPDATE_GOLDEN").is_some() {
+                std::fs::write(&golden, &built).unwrap();
+                continue;
+            }
+            panic!(
+                "{golden} is not the program filter({network}, {shares_host}) builds; \
+                 rewrite it with `CHITTI_UPDATE_GOLDEN=1 cargo test precompiled_programs` \
+                 and rebuild"
+            );
+        }
+        // And they read back as the instructions they were written from.
+        assert_eq!(
+            from_bytes(PRECOMPILED[setting_index(false, true)]).unwrap(),
+            filter(false, true).unwrap()
+        );
+    }
 
     #[test]
     fn the_program_builds_for_every_setting() {
