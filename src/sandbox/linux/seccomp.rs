@@ -498,7 +498,7 @@ pub fn to_bytes(program: &BpfProgram) -> Vec<u8> {
 
 /// The program [`to_bytes`] wrote, or None if `bytes` is not whole instructions.
 pub fn from_bytes(bytes: &[u8]) -> Option<BpfProgram> {
-    if bytes.is_empty() || bytes.len() % 8 != 0 {
+    if bytes.is_empty() || !bytes.len().is_multiple_of(8) {
         return None;
     }
     let program = bytes
