@@ -168,7 +168,7 @@ fn for_each_entry(dir: &Path, mut f: impl FnMut(&OsStr, Kind)) {
         } else {
             Kind::Other
         };
-        f(&entry.file_name(), kind);
+        f(entry.file_name().as_os_str(), kind);
     }
 }
 
