@@ -11,7 +11,9 @@
 # Usage: scripts/bench.sh [--with-peers]
 #   --with-peers  install @openai/codex and @anthropic-ai/sandbox-runtime with npm into a
 #                 temporary directory for this run (otherwise they are used if on PATH)
-# Environment: BENCH_RUNS (hyperfine runs, default 30), BENCH_MCP_CALLS (default 200).
+# Environment: BENCH_RUNS (hyperfine runs, default 30), BENCH_MCP_CALLS (default 200),
+#   BENCH_USER (run as root: also compare bare and landlock as this user, who does not pay
+#   for hiding root's own secrets; the user needs a home directory to be realistic).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -31,7 +33,8 @@ ws=$(mktemp -d /var/tmp/chitti-bench.XXXXXX)
 peers=$(mktemp -d /var/tmp/chitti-bench-peers.XXXXXX)
 bin=$(mktemp -d /var/tmp/chitti-bench-bin.XXXXXX)
 out=$(mktemp /var/tmp/chitti-bench-json.XXXXXX)
-trap 'rm -rf "$ws" "$peers" "$bin" "$out" "$out.time"' EXIT
+user_dir=$(mktemp -d /var/tmp/chitti-bench-user.XXXXXX)
+trap 'rm -rf "$ws" "$peers" "$bin" "$out" "$out.time" "$user_dir"' EXIT
 
 # Measure a copy, as `cargo install` would place it: the file the linker has just written
 # started 0.1-0.2 ms slower here than a byte-identical copy, until the page cache was
@@ -116,6 +119,31 @@ def check(label, num, den, target):
 check("landlock / bare", "chitti-landlock", "bare", 2.5)
 check("bwrap / raw bwrap", "chitti-bwrap", "raw-bwrap", 1.2)
 PY
+
+if [ -n "${BENCH_USER:-}" ] && [[ " ${backends[*]} " == *" landlock "* ]]; then
+    if [ "$(id -u)" != 0 ]; then
+        echo "BENCH_USER needs the script to run as root (it runs commands as that user)" >&2
+        exit 2
+    fi
+    # The user gets its own workspace and report file, and may run the measured copy.
+    mkdir "$user_dir/ws"
+    chown -R "$BENCH_USER" "$user_dir"
+    chmod 755 "$user_dir" "$bin"
+    (cd "$user_dir/ws" && runuser -u "$BENCH_USER" -- hyperfine --shell=none --warmup 5 \
+        --runs "$runs" --export-json "$user_dir/out.json" --style basic \
+        -n bare "sh -c true" \
+        -n chitti-landlock "$chitti sandbox exec --backend landlock -w $user_dir/ws -- sh -c true" \
+        -n chitti-none "$chitti sandbox exec --backend none -w $user_dir/ws -- sh -c true" \
+        >/dev/null)
+    echo
+    echo "== the same as user $BENCH_USER (hyperfine, $runs runs, medians)"
+    python3 - "$user_dir/out.json" <<'PY'
+import json, sys
+med = {r["command"]: r["median"] * 1000 for r in json.load(open(sys.argv[1]))["results"]}
+for name, m in med.items():
+    print(f"{name:<16} {m:6.2f} ms  {m / med['bare']:5.2f}x bare")
+PY
+fi
 
 echo
 echo "== $calls sequential execute_bash \`true\` calls through one warm chitti mcp server"
