@@ -476,16 +476,16 @@ mod tests {
     use nix::fcntl::OFlag;
     use nix::sys::stat::Mode;
 
-    /// A temporary directory and a path in it that does not exist; None, after saying
-    /// SKIP, where this kernel's Landlock cannot be used.
-    fn missing_path_where_landlock_works() -> Option<(tempfile::TempDir, std::path::PathBuf)> {
+    /// A temporary directory and its canonical path (the planner's paths are canonical);
+    /// None, after saying SKIP, where this kernel's Landlock cannot be used.
+    fn dir_where_landlock_works() -> Option<(tempfile::TempDir, std::path::PathBuf)> {
         if let Some(why) = kernel_abi().map_or_else(Some, abi_blocker) {
             eprintln!("SKIP: {why}");
             return None;
         }
         let dir = tempfile::tempdir().unwrap();
-        let gone = dir.path().join("gone");
-        Some((dir, gone))
+        let root = dir.path().canonicalize().unwrap();
+        Some((dir, root))
     }
 
     fn rule(path: &Path, grant: Grant) -> Rule {
@@ -499,20 +499,22 @@ mod tests {
     /// program's temporary directory, say) costs its read rule, not the whole call.
     #[test]
     fn a_read_rule_for_a_vanished_path_is_left_out() {
-        let Some((dir, gone)) = missing_path_where_landlock_works() else {
+        let Some((_dir, root)) = dir_where_landlock_works() else {
             return;
         };
+        let gone = root.join("gone");
         for grant in [Grant::List, Grant::ReadTree, Grant::ReadFile, Grant::Device] {
-            let rules = [rule(dir.path(), Grant::Write), rule(&gone, grant)];
+            let rules = [rule(&root, Grant::Write), rule(&gone, grant)];
             assert!(build(&rules).is_ok(), "{grant:?}");
         }
     }
 
     #[test]
     fn a_missing_writable_root_is_an_error() {
-        let Some((_dir, gone)) = missing_path_where_landlock_works() else {
+        let Some((_dir, root)) = dir_where_landlock_works() else {
             return;
         };
+        let gone = root.join("gone");
         let message = build(&[rule(&gone, Grant::Write)])
             .err()
             .unwrap()
@@ -566,10 +568,10 @@ mod tests {
     /// directory.
     #[test]
     fn a_ruleset_built_by_two_threads_has_every_rule_and_only_those() {
-        let Some((dir, gone)) = missing_path_where_landlock_works() else {
+        let Some((_dir, root)) = dir_where_landlock_works() else {
             return;
         };
-        let root = dir.path().canonicalize().unwrap();
+        let gone = root.join("gone");
         std::fs::create_dir(root.join("out")).unwrap();
         std::fs::write(root.join("secret"), "hidden\n").unwrap();
         let names: Vec<String> = (0..RULES_FOR_A_HELPER).map(|i| format!("f{i}")).collect();
@@ -614,10 +616,9 @@ mod tests {
     /// reaches the writable directory.
     #[test]
     fn a_directory_replaced_by_a_file_after_planning_is_granted_as_a_file() {
-        let Some((dir, _)) = missing_path_where_landlock_works() else {
+        let Some((_dir, root)) = dir_where_landlock_works() else {
             return;
         };
-        let root = dir.path().canonicalize().unwrap();
         std::fs::create_dir(root.join("out")).unwrap();
         std::fs::write(root.join("was-a-dir"), "readable\n").unwrap();
         let rules = rules_for_sh(
@@ -637,10 +638,9 @@ mod tests {
     /// target. Decided by what reaches the writable directory.
     #[test]
     fn a_sibling_swapped_for_a_symlink_after_planning_grants_nothing() {
-        let Some((dir, _)) = missing_path_where_landlock_works() else {
+        let Some((_dir, root)) = dir_where_landlock_works() else {
             return;
         };
-        let root = dir.path().canonicalize().unwrap();
         std::fs::create_dir_all(root.join("hidden")).unwrap();
         std::fs::write(root.join("hidden/key"), "SECRET\n").unwrap();
         std::fs::create_dir_all(root.join("sibling")).unwrap();
@@ -677,10 +677,9 @@ mod tests {
     /// different plan. Decided by what a command under each ruleset could read.
     #[test]
     fn a_session_reuses_its_ruleset_only_while_every_path_names_the_same_file() {
-        let Some((dir, _)) = missing_path_where_landlock_works() else {
+        let Some((_dir, root)) = dir_where_landlock_works() else {
             return;
         };
-        let root = dir.path().canonicalize().unwrap();
         std::fs::create_dir(root.join("tree")).unwrap();
         std::fs::write(root.join("tree/a"), "tree\n").unwrap();
         std::fs::write(root.join("file"), "one\n").unwrap();
@@ -751,10 +750,9 @@ mod tests {
     /// the call (its removal failed) must not leave that grant to the next call.
     #[test]
     fn a_tmpdir_that_outlives_its_call_is_not_left_to_the_next() {
-        let Some((dir, _)) = missing_path_where_landlock_works() else {
+        let Some((_dir, root)) = dir_where_landlock_works() else {
             return;
         };
-        let root = dir.path().canonicalize().unwrap();
         let rules = rules_for_sh(&root, &[]);
         let cache = std::sync::Arc::new(RulesetCache::default());
         let stale = root.join("stale-tmp");
