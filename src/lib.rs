@@ -1,9 +1,11 @@
 //! chitti: a command-line agent whose every shell call runs inside an OS-native sandbox.
 //!
 //! Layers, top to bottom (arrows only point down): `cli` → `agent`/`mcp` → `tools` →
-//! `exec` → `sandbox` → `policy`. `name_service` is a leaf that `policy` and `provider` use.
+//! `exec` → `sandbox` → `policy`. `name_service` is a leaf that `policy` and `provider` use;
+//! `canonical` is a leaf for every layer.
 
 pub mod agent;
+pub mod canonical;
 pub mod cli;
 pub mod config;
 pub mod exec;

@@ -6,6 +6,8 @@
 
 use std::path::{Path, PathBuf};
 
+use crate::canonical::canonicalize;
+
 /// What protecting one repository needs.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct GitProtection {
@@ -39,7 +41,7 @@ pub fn protection_for(root: &Path) -> Result<GitProtection, String> {
             Ok(text) => absolutize(text.trim(), &gitdir),
             Err(_) => gitdir.clone(),
         };
-        let common = common.canonicalize().unwrap_or(common);
+        let common = canonicalize(&common).unwrap_or(common);
         for dir in [&gitdir, &common] {
             if !dir.starts_with(root) && !out.writable.contains(dir) {
                 out.writable.push(dir.clone());
@@ -93,7 +95,7 @@ fn read_pointer(file: &Path, key: &str, base: &Path) -> Result<PathBuf, String> 
         .map(str::trim)
         .ok_or_else(|| format!("{} has no `{key}` line", file.display()))?;
     let path = absolutize(value, base);
-    path.canonicalize().map_err(|e| {
+    canonicalize(&path).map_err(|e| {
         format!(
             "{} points at {}, which cannot be resolved: {e}",
             file.display(),

@@ -9,6 +9,8 @@ mod workspace;
 
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
+
+use crate::canonical::canonicalize;
 use std::time::Duration;
 
 pub use profile::{Limits, Profile};
@@ -207,16 +209,13 @@ impl Policy {
             credentials::expand_into(&path, &mut deny_candidates);
         }
         let mut deny_read = Vec::new();
-        let home = dirs
-            .home
-            .canonicalize()
-            .unwrap_or_else(|_| dirs.home.clone());
+        let home = canonicalize(&dirs.home).unwrap_or_else(|_| dirs.home.clone());
         for (index, path) in deny_candidates.into_iter().enumerate() {
             // Most credential paths do not exist: one lstat, then a lexical path under the
             // canonical home, instead of resolving every ancestor.
             let exists = std::fs::symlink_metadata(&path).is_ok();
             let resolved = if exists {
-                path.canonicalize().unwrap_or_else(|_| path.clone())
+                canonicalize(&path).unwrap_or_else(|_| path.clone())
             } else if let Ok(rest) = path.strip_prefix(&dirs.home) {
                 home.join(rest)
             } else {
@@ -307,7 +306,7 @@ impl Policy {
     /// The caller's directory when it lies inside the workspace, else the workspace root.
     pub fn working_dir(&self, caller_cwd: Option<&Path>) -> PathBuf {
         caller_cwd
-            .and_then(|c| c.canonicalize().ok())
+            .and_then(|c| canonicalize(&c).ok())
             .filter(|c| c.starts_with(&self.workspace))
             .unwrap_or_else(|| self.workspace.clone())
     }
@@ -354,7 +353,7 @@ fn expand(entry: &str, workspace: &Path, home: &Path) -> Result<PathBuf, String>
 /// Canonicalises what exists; for a missing path, canonicalises the deepest existing
 /// ancestor and appends the rest, so comparisons with canonical roots still work.
 pub fn canonical_or_lexical(path: &Path) -> PathBuf {
-    if let Ok(p) = path.canonicalize() {
+    if let Ok(p) = canonicalize(&path) {
         return p;
     }
     let mut missing = Vec::new();
@@ -363,7 +362,7 @@ pub fn canonical_or_lexical(path: &Path) -> PathBuf {
         if let Some(name) = cur.file_name() {
             missing.push(name.to_os_string());
         }
-        if let Ok(base) = parent.canonicalize() {
+        if let Ok(base) = canonicalize(&parent) {
             let mut out = base;
             for name in missing.iter().rev() {
                 out.push(name);

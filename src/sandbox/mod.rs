@@ -22,6 +22,8 @@ use std::ffi::OsString;
 use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
 
+use crate::canonical::canonicalize;
+
 use serde::Serialize;
 
 pub use capabilities::Capabilities;
@@ -252,7 +254,7 @@ pub fn private_dir(prefix: &str) -> Result<(tempfile::TempDir, PathBuf), Sandbox
         .map_err(|e| {
             SandboxError::Unavailable(format!("cannot create a private directory: {e}"))
         })?;
-    let path = dir.path().canonicalize().map_err(|e| {
+    let path = canonicalize(&dir.path()).map_err(|e| {
         SandboxError::Unavailable(format!("cannot resolve a private directory: {e}"))
     })?;
     Ok((dir, path))

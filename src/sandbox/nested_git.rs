@@ -7,6 +7,8 @@
 use std::collections::HashSet;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
+
+use crate::canonical::canonicalize;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use super::AfterCall;
@@ -181,7 +183,7 @@ impl NestedRepoGuard {
     pub fn before(writable: &[PathBuf]) -> NestedRepoGuard {
         let roots: Vec<PathBuf> = writable
             .iter()
-            .map(|r| r.canonicalize().unwrap_or_else(|_| r.clone()))
+            .map(|r| canonicalize(&r).unwrap_or_else(|_| r.clone()))
             .collect();
         let mut guard = NestedRepoGuard {
             roots,
@@ -218,7 +220,7 @@ impl NestedRepoGuard {
             seen.insert(top.common_dir.clone());
             if let Ok(entries) = std::fs::read_dir(top.common_dir.join("worktrees")) {
                 for entry in entries.flatten() {
-                    let Ok(dir) = entry.path().canonicalize() else {
+                    let Ok(dir) = canonicalize(&entry.path()) else {
                         continue;
                     };
                     if dir.is_dir() && self.inside_roots(&dir) && seen.insert(dir.clone()) {
@@ -268,7 +270,7 @@ impl NestedRepoGuard {
             };
             // Symlinks are resolved, and only what resolves inside a writable root is
             // looked at: the sandbox cannot have written anything else.
-            let Ok(sub_work) = sub_work.canonicalize() else {
+            let Ok(sub_work) = canonicalize(&sub_work) else {
                 continue;
             };
             if !self.inside_roots(&sub_work) {
@@ -365,7 +367,7 @@ fn top_repository(root: &Path) -> Option<TopRepository> {
     let git_dir = git_dir_of(root)?;
     let common_dir = std::fs::read_to_string(git_dir.join("commondir"))
         .ok()
-        .and_then(|text| git_dir.join(text.trim()).canonicalize().ok())
+        .and_then(|text| canonicalize(&git_dir.join(text.trim())).ok())
         .unwrap_or_else(|| git_dir.clone());
     Some(TopRepository {
         git_dir,
@@ -435,9 +437,9 @@ fn git_dir_of(work_dir: &Path) -> Option<PathBuf> {
     let dir = if meta.is_file() {
         let text = std::fs::read_to_string(&dot_git).ok()?;
         let target = text.lines().find_map(|l| l.strip_prefix("gitdir:"))?.trim();
-        work_dir.join(target).canonicalize().ok()?
+        canonicalize(&work_dir.join(target)).ok()?
     } else {
-        dot_git.canonicalize().ok()?
+        canonicalize(&dot_git).ok()?
     };
     dir.is_dir().then_some(dir)
 }

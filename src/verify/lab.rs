@@ -4,6 +4,8 @@
 
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
+
+use crate::canonical::canonicalize;
 use std::process::Command;
 use std::time::Duration;
 
@@ -82,9 +84,7 @@ impl Lab {
             .prefix("chitti-sandbox-test-")
             .tempdir_in(lab_parent())
             .map_err(|e| err("cannot create the test directory", e))?;
-        let root = root_dir
-            .path()
-            .canonicalize()
+        let root = canonicalize(root_dir.path())
             .map_err(|e| err("cannot resolve the test directory", e))?;
         let marker = format!(
             "chitti-decoy-{}-{}",
@@ -127,9 +127,7 @@ impl Lab {
             None => None,
         };
         let ws_parent = match &in_workspace {
-            Some(dir) => dir
-                .path()
-                .canonicalize()
+            Some(dir) => canonicalize(dir.path())
                 .map_err(|e| err("cannot resolve the probe directory", e))?,
             None => home.clone(),
         };
