@@ -306,7 +306,7 @@ impl Policy {
     /// The caller's directory when it lies inside the workspace, else the workspace root.
     pub fn working_dir(&self, caller_cwd: Option<&Path>) -> PathBuf {
         caller_cwd
-            .and_then(|c| canonicalize(&c).ok())
+            .and_then(|c| canonicalize(c).ok())
             .filter(|c| c.starts_with(&self.workspace))
             .unwrap_or_else(|| self.workspace.clone())
     }
@@ -353,7 +353,7 @@ fn expand(entry: &str, workspace: &Path, home: &Path) -> Result<PathBuf, String>
 /// Canonicalises what exists; for a missing path, canonicalises the deepest existing
 /// ancestor and appends the rest, so comparisons with canonical roots still work.
 pub fn canonical_or_lexical(path: &Path) -> PathBuf {
-    if let Ok(p) = canonicalize(&path) {
+    if let Ok(p) = canonicalize(path) {
         return p;
     }
     let mut missing = Vec::new();
@@ -362,7 +362,7 @@ pub fn canonical_or_lexical(path: &Path) -> PathBuf {
         if let Some(name) = cur.file_name() {
             missing.push(name.to_os_string());
         }
-        if let Ok(base) = canonicalize(&parent) {
+        if let Ok(base) = canonicalize(parent) {
             let mut out = base;
             for name in missing.iter().rev() {
                 out.push(name);

@@ -64,10 +64,10 @@ pub fn validate(path: &Path, home: &Path, what: &str) -> Result<PathBuf, PolicyE
             path.display()
         )));
     }
-    let canonical = canonicalize(&path).map_err(|e| {
+    let canonical = canonicalize(path).map_err(|e| {
         PolicyError::Workspace(format!("cannot resolve {what} {}: {e}", path.display()))
     })?;
-    let home = canonicalize(&home).unwrap_or_else(|_| home.to_path_buf());
+    let home = canonicalize(home).unwrap_or_else(|_| home.to_path_buf());
     let refuse = |why: &str| {
         Err(PolicyError::Workspace(format!(
             "refusing {what} {}: {why}.\n\

@@ -254,7 +254,7 @@ pub fn private_dir(prefix: &str) -> Result<(tempfile::TempDir, PathBuf), Sandbox
         .map_err(|e| {
             SandboxError::Unavailable(format!("cannot create a private directory: {e}"))
         })?;
-    let path = canonicalize(&dir.path()).map_err(|e| {
+    let path = canonicalize(dir.path()).map_err(|e| {
         SandboxError::Unavailable(format!("cannot resolve a private directory: {e}"))
     })?;
     Ok((dir, path))

@@ -183,7 +183,7 @@ impl NestedRepoGuard {
     pub fn before(writable: &[PathBuf]) -> NestedRepoGuard {
         let roots: Vec<PathBuf> = writable
             .iter()
-            .map(|r| canonicalize(&r).unwrap_or_else(|_| r.clone()))
+            .map(|r| canonicalize(r).unwrap_or_else(|_| r.clone()))
             .collect();
         let mut guard = NestedRepoGuard {
             roots,
