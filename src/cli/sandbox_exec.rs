@@ -76,15 +76,32 @@ pub fn run(args: ExecArgs) -> i32 {
         } else {
             Output::Stream
         };
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .map_err(|e| SandboxError::Unavailable(format!("cannot start the runtime: {e}")))?;
+        let runtime = || {
+            tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .map_err(|e| SandboxError::Unavailable(format!("cannot start the runtime: {e}")))
+        };
+        // On Linux the command starts first: the runtime is built while it starts up (on
+        // another CPU), and the supervisor is forked from a smaller process.
+        #[cfg(target_os = "linux")]
+        let (started, runtime) = {
+            let started = exec::start(prepared, input, output)?;
+            (started, runtime()?)
+        };
+        #[cfg(not(target_os = "linux"))]
+        let (runtime, started) = {
+            let runtime = runtime()?;
+            // tokio's process spawning needs the runtime's context.
+            let started = {
+                let _context = runtime.enter();
+                exec::start(prepared, input, output)?
+            };
+            (runtime, started)
+        };
         runtime
-            .block_on(exec::run(
-                prepared,
-                input,
-                output,
+            .block_on(exec::finish(
+                started,
                 setup.policy.timeout,
                 termination_signal(),
             ))

@@ -155,13 +155,36 @@ pub async fn run(
     timeout: Duration,
     cancel: impl Future<Output = ()>,
 ) -> Result<Outcome, SandboxError> {
+    finish(start(prepared, input, output)?, timeout, cancel).await
+}
+
+/// A launch whose process is running; [`finish`] follows it to the end. Dropped without
+/// that, the process is killed (bwrap) or its supervisor kills the tree (Landlock).
+pub struct Started {
+    backend: Backend,
+    after: Vec<Box<dyn crate::sandbox::AfterCall>>,
+    temp_dirs: Vec<tempfile::TempDir>,
+    held: Vec<Box<dyn std::any::Any + Send>>,
+    capture_max: Option<usize>,
+    started: Instant,
+    stdin_bytes: Option<(OwnedFd, Vec<u8>)>,
+    stdout: Option<OwnedFd>,
+    stderr: Option<OwnedFd>,
+    /// The process group to sweep after a normal exit (see `finish`).
+    leader: Option<u32>,
+    running: Running,
+}
+
+/// Creates the command's stdio and starts the process. On Linux this needs no async
+/// runtime, so a one-shot call can build its runtime while the command starts up; on
+/// other systems it must run inside one (the child is a `tokio::process::Child`).
+pub fn start(prepared: Prepared, input: Input, output: Output) -> Result<Started, SandboxError> {
     let Prepared {
         backend,
         launch,
         after,
         temp_dirs,
-        // Kept (not dropped) until this function returns: the call is over by then.
-        held: _held,
+        held,
     } = prepared;
     let capture_max = match output {
         Output::Stream => None,
@@ -184,9 +207,8 @@ pub async fn run(
         stdout,
         stderr,
     } = pipes;
-    // The process group to sweep after a normal exit (see below).
     let leader: Option<u32>;
-    let mut running = match launch {
+    let running = match launch {
         #[cfg(target_os = "linux")]
         Launch::Command {
             program,
@@ -285,7 +307,41 @@ pub async fn run(
             }
         }
     };
+    Ok(Started {
+        backend,
+        after,
+        temp_dirs,
+        held,
+        capture_max,
+        started,
+        stdin_bytes,
+        stdout,
+        stderr,
+        leader,
+        running,
+    })
+}
 
+/// Follows a started launch until it exits, `timeout` passes, or `cancel` resolves.
+pub async fn finish(
+    started: Started,
+    timeout: Duration,
+    cancel: impl Future<Output = ()>,
+) -> Result<Outcome, SandboxError> {
+    let Started {
+        backend,
+        after,
+        temp_dirs,
+        // Kept (not dropped) until this function returns: the call is over by then.
+        held: _held,
+        capture_max,
+        started,
+        stdin_bytes,
+        stdout,
+        stderr,
+        leader,
+        mut running,
+    } = started;
     if let Some((fd, bytes)) = stdin_bytes {
         if let Ok(mut tx) = tokio::net::unix::pipe::Sender::from_owned_fd(fd) {
             tokio::spawn(async move {
