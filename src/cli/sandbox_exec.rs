@@ -18,10 +18,25 @@ pub(crate) struct Setup {
     pub source: PolicySource,
 }
 
+fn bad(e: crate::policy::PolicyError) -> SandboxError {
+    SandboxError::Unavailable(e.to_string())
+}
+
 /// Builds the policy and picks the backend; every failure here means nothing ran.
 pub(crate) fn setup(opts: &SandboxOpts, overrides: &Overrides) -> Result<Setup, SandboxError> {
-    let bad = |e: crate::policy::PolicyError| SandboxError::Unavailable(e.to_string());
     let dirs = ChittiDirs::from_env().map_err(bad)?;
+    let selection = sandbox::select(opts.backend, Capabilities::get(), &dirs.state);
+    setup_selected(opts, overrides, dirs, selection)
+}
+
+/// [`setup`] once the backend was picked; a failed pick is reported after the profile
+/// and workspace errors, as ever.
+fn setup_selected(
+    opts: &SandboxOpts,
+    overrides: &Overrides,
+    dirs: ChittiDirs,
+    selection: Result<sandbox::Selection, SandboxError>,
+) -> Result<Setup, SandboxError> {
     let profile = profile::load(&opts.profile, Some(&dirs.user_profiles())).map_err(bad)?;
     let workspace = match &opts.workspace {
         Some(w) => w.clone(),
@@ -37,7 +52,7 @@ pub(crate) fn setup(opts: &SandboxOpts, overrides: &Overrides) -> Result<Setup, 
         env: std::env::vars_os().collect(),
     };
     let policy = source.resolve().map_err(bad)?;
-    let selection = sandbox::select(opts.backend, Capabilities::get(), &source.dirs.state)?;
+    let selection = selection?;
     if selection.backend == Backend::None {
         eprintln!(
             "chitti: WARNING: --backend none: the command runs UNSANDBOXED (full access to \
@@ -58,24 +73,25 @@ pub fn run(args: ExecArgs) -> i32 {
         network: args.network.map(|n| n == OnOff::On),
         timeout: args.timeout.map(Duration::from_secs),
     };
-    let result = setup(&args.sandbox, &overrides).and_then(|setup| {
+    let output = if args.json {
+        Output::Capture {
+            max_bytes: args.max_output,
+        }
+    } else {
+        Output::Stream
+    };
+    let result = ChittiDirs::from_env().map_err(bad).and_then(|dirs| {
+        let selection = sandbox::select(args.sandbox.backend, Capabilities::get(), &dirs.state);
+        // bwrap starts now and loads while chitti works out the policy.
+        #[cfg(target_os = "linux")]
+        let early = match &selection {
+            Ok(s) if s.backend == Backend::Bwrap => start_bwrap_early(&args.command, &output),
+            _ => None,
+        };
+        let setup = setup_selected(&args.sandbox, &overrides, dirs, selection)?;
         let cwd = setup
             .policy
             .working_dir(std::env::current_dir().ok().as_deref());
-        let prepared = sandbox::prepare(setup.backend, &setup.policy, &args.command, &cwd)?;
-        // A terminal on stdin is never handed over; piped data is.
-        let input = if std::io::stdin().is_terminal() {
-            Input::Null
-        } else {
-            Input::Inherit
-        };
-        let output = if args.json {
-            Output::Capture {
-                max_bytes: args.max_output,
-            }
-        } else {
-            Output::Stream
-        };
         let runtime = || {
             tokio::runtime::Builder::new_current_thread()
                 .enable_all()
@@ -86,16 +102,27 @@ pub fn run(args: ExecArgs) -> i32 {
         // another CPU), and the supervisor is forked from a smaller process.
         #[cfg(target_os = "linux")]
         let (started, runtime) = {
-            let started = exec::start(prepared, input, output)?;
+            let started = match early {
+                Some((early, fds)) => exec::start_early(
+                    early,
+                    sandbox::prepare_started_bwrap(&setup.policy, &args.command, &cwd, fds)?,
+                )?,
+                None => exec::start(
+                    sandbox::prepare(setup.backend, &setup.policy, &args.command, &cwd)?,
+                    stdin_input(),
+                    output,
+                )?,
+            };
             (started, runtime()?)
         };
         #[cfg(not(target_os = "linux"))]
         let (runtime, started) = {
+            let prepared = sandbox::prepare(setup.backend, &setup.policy, &args.command, &cwd)?;
             let runtime = runtime()?;
             // tokio's process spawning needs the runtime's context.
             let started = {
                 let _context = runtime.enter();
-                exec::start(prepared, input, output)?
+                exec::start(prepared, stdin_input(), output)?
             };
             (runtime, started)
         };
@@ -142,6 +169,29 @@ pub fn run(args: ExecArgs) -> i32 {
             e.exit_code()
         }
     }
+}
+
+/// A terminal on stdin is never handed over; piped data is.
+fn stdin_input() -> Input {
+    if std::io::stdin().is_terminal() {
+        Input::Null
+    } else {
+        Input::Inherit
+    }
+}
+
+/// bwrap started ahead of the policy, or `None` to start it the usual way (any failure
+/// here is met again, and reported, there).
+#[cfg(target_os = "linux")]
+fn start_bwrap_early(
+    command: &[std::ffi::OsString],
+    output: &Output,
+) -> Option<(exec::EarlyStart, sandbox::linux::BwrapFds)> {
+    if command.first().is_none_or(|c| c.is_empty()) {
+        return None;
+    }
+    let bwrap = Capabilities::get().bwrap()?.path.clone();
+    exec::start_bwrap_early(&bwrap, command, stdin_input(), output).ok()
 }
 
 pub(crate) fn outcome_json(outcome: &Outcome, profile: &str) -> serde_json::Value {

@@ -226,7 +226,7 @@ pub fn start(prepared: Prepared, input: Input, output: Output) -> Result<Started
                 &cwd,
                 &pass_fds,
                 rlimits,
-                direct::Stdio {
+                &direct::Stdio {
                     stdin: child_stdin,
                     stdout: child_stdout,
                     stderr: child_stderr,
@@ -319,6 +319,99 @@ pub fn start(prepared: Prepared, input: Input, output: Output) -> Result<Started
         stderr,
         leader,
         running,
+    })
+}
+
+/// bwrap started before its arguments were known (`sandbox::linux::early_bwrap`), and
+/// chitti's ends of the stdio made for it.
+#[cfg(target_os = "linux")]
+pub struct EarlyStart {
+    bwrap: crate::sandbox::linux::early_bwrap::EarlyBwrap,
+    capture_max: Option<usize>,
+    stdin_bytes: Option<(OwnedFd, Vec<u8>)>,
+    stdout: Option<OwnedFd>,
+    stderr: Option<OwnedFd>,
+}
+
+/// Starts bwrap (`program`) for `command` ahead of its options; [`start_early`] completes the launch
+/// once the policy is known. The descriptors returned go to
+/// [`crate::sandbox::prepare_started_bwrap`].
+#[cfg(target_os = "linux")]
+pub fn start_bwrap_early(
+    program: &std::path::Path,
+    command: &[std::ffi::OsString],
+    input: Input,
+    output: &Output,
+) -> Result<(EarlyStart, crate::sandbox::linux::BwrapFds), SandboxError> {
+    use crate::sandbox::linux::{bwrap_fds, direct, early_bwrap::EarlyBwrap};
+    let capture_max = match output {
+        Output::Stream => None,
+        Output::Capture { max_bytes } => Some(*max_bytes),
+    };
+    // stderr is always read: bwrap's own set-up errors arrive there.
+    let pipes = Pipes::new(input, capture_max.is_some(), true)?;
+    let (fds, passed) = bwrap_fds()?;
+    let stdio = direct::Stdio {
+        stdin: pipes.child_stdin,
+        stdout: pipes.child_stdout,
+        stderr: pipes.child_stderr,
+    };
+    let bwrap = EarlyBwrap::spawn(program, command, passed, stdio).map_err(|e| {
+        SandboxError::Unavailable(format!("cannot start {}: {e}", program.display()))
+    })?;
+    let early = EarlyStart {
+        bwrap,
+        capture_max,
+        stdin_bytes: pipes.stdin_bytes,
+        stdout: pipes.stdout,
+        stderr: pipes.stderr,
+    };
+    Ok((early, fds))
+}
+
+/// Hands the early bwrap the launch `prepared` describes (from
+/// [`crate::sandbox::prepare_started_bwrap`]).
+#[cfg(target_os = "linux")]
+pub fn start_early(early: EarlyStart, prepared: Prepared) -> Result<Started, SandboxError> {
+    let Prepared {
+        backend,
+        launch,
+        after,
+        temp_dirs,
+        held,
+    } = prepared;
+    let Launch::Command {
+        program,
+        args,
+        env,
+        cwd,
+        rlimits,
+        ..
+    } = launch
+    else {
+        return Err(SandboxError::Unavailable(
+            "internal error: an early bwrap was given a launch that is not bwrap's".into(),
+        ));
+    };
+    let started = Instant::now();
+    let child = early
+        .bwrap
+        .launch(&args, &env, &cwd, rlimits)
+        .map_err(|e| {
+            SandboxError::Unavailable(format!("cannot start {}: {e}", program.display()))
+        })?;
+    Ok(Started {
+        backend,
+        after,
+        temp_dirs,
+        held,
+        capture_max: early.capture_max,
+        started,
+        stdin_bytes: early.stdin_bytes,
+        stdout: early.stdout,
+        stderr: early.stderr,
+        leader: Some(child.pid as u32),
+        running: Running::Direct(child),
     })
 }
 

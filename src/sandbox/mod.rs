@@ -310,6 +310,28 @@ pub fn prepare_in_session(
     prepare_in(backend, policy, command, cwd, Some(session))
 }
 
+/// [`prepare`] for a bwrap that already runs and holds the other ends of `fds`
+/// (`linux::early_bwrap`).
+#[cfg(target_os = "linux")]
+pub fn prepare_started_bwrap(
+    policy: &Policy,
+    command: &[OsString],
+    cwd: &Path,
+    fds: linux::BwrapFds,
+) -> Result<Prepared, SandboxError> {
+    require_command(command)?;
+    linux::prepare_bwrap(policy, command, cwd, Some(fds))
+}
+
+fn require_command(command: &[OsString]) -> Result<(), SandboxError> {
+    if command.is_empty() || command[0].is_empty() {
+        return Err(SandboxError::Unavailable(
+            "no command given: pass one after `--`, e.g. `chitti sandbox exec -- ls`".into(),
+        ));
+    }
+    Ok(())
+}
+
 fn prepare_in(
     backend: Backend,
     policy: &Policy,
@@ -317,11 +339,7 @@ fn prepare_in(
     cwd: &Path,
     session: Option<&SessionCache>,
 ) -> Result<Prepared, SandboxError> {
-    if command.is_empty() || command[0].is_empty() {
-        return Err(SandboxError::Unavailable(
-            "no command given: pass one after `--`, e.g. `chitti sandbox exec -- ls`".into(),
-        ));
-    }
+    require_command(command)?;
     match backend {
         #[cfg(target_os = "linux")]
         Backend::Bwrap | Backend::Landlock | Backend::None => {

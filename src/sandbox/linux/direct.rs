@@ -42,7 +42,7 @@ impl DirectChild {
         cwd: &Path,
         pass_fds: &[OwnedFd],
         rlimits: Rlimits,
-        stdio: Stdio,
+        stdio: &Stdio,
     ) -> io::Result<DirectChild> {
         // Everything the child touches is built here, before the clone.
         let bad = |e: String| io::Error::new(io::ErrorKind::InvalidInput, e);
@@ -196,7 +196,7 @@ mod tests {
                 max_open_files: Some(64),
                 ..Rlimits::default()
             },
-            Stdio {
+            &Stdio {
                 stdin: None,
                 stdout,
                 stderr: None,
@@ -267,7 +267,7 @@ mod tests {
             dir.path(),
             &[],
             Rlimits::default(),
-            Stdio {
+            &Stdio {
                 stdin: None,
                 stdout: None,
                 stderr: None,

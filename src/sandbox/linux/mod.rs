@@ -4,6 +4,7 @@ pub mod bpf;
 pub mod bwrap_init;
 pub mod caps;
 pub mod direct;
+pub mod early_bwrap;
 pub mod landlock;
 pub mod seccomp;
 pub mod supervisor;
@@ -11,7 +12,7 @@ pub mod vfork;
 
 use std::ffi::OsString;
 use std::io::Write;
-use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd, RawFd};
 use std::path::{Path, PathBuf};
 
 use nix::fcntl::OFlag;
@@ -37,7 +38,7 @@ pub fn prepare(
     session: Option<&super::SessionCache>,
 ) -> Result<Prepared, SandboxError> {
     match backend {
-        Backend::Bwrap => prepare_bwrap(policy, command, cwd),
+        Backend::Bwrap => prepare_bwrap(policy, command, cwd, None),
         Backend::Landlock | Backend::None => {
             prepare_supervised(backend, policy, command, cwd, session)
         }
@@ -47,10 +48,37 @@ pub fn prepare(
     }
 }
 
-fn prepare_bwrap(
+/// The descriptors a bwrap call names in its arguments, from chitti's side, and the
+/// numbers bwrap has them at.
+pub struct BwrapFds {
+    /// chitti writes the seccomp program here; bwrap reads it at `seccomp_number`.
+    pub seccomp: OwnedFd,
+    pub seccomp_number: RawFd,
+    /// bwrap writes its status at `status_number`; chitti reads it here.
+    pub status: OwnedFd,
+    pub status_number: RawFd,
+}
+
+/// The pipes for one bwrap call: chitti's ends, and bwrap's ends to pass at their numbers.
+pub fn bwrap_fds() -> Result<(BwrapFds, Vec<OwnedFd>), SandboxError> {
+    let (seccomp_read, seccomp_write) = pipe()?;
+    let (status_read, status_write) = pipe()?;
+    let fds = BwrapFds {
+        seccomp: seccomp_write,
+        seccomp_number: seccomp_read.as_raw_fd(),
+        status: status_read,
+        status_number: status_write.as_raw_fd(),
+    };
+    Ok((fds, vec![seccomp_read, status_write]))
+}
+
+/// The bwrap launch. With `fds`, bwrap already runs and holds their other ends
+/// (`early_bwrap`); otherwise they are made here and passed at spawn.
+pub(crate) fn prepare_bwrap(
     policy: &Policy,
     command: &[OsString],
     cwd: &Path,
+    fds: Option<BwrapFds>,
 ) -> Result<Prepared, SandboxError> {
     let bwrap = Capabilities::get()
         .bwrap()
@@ -72,25 +100,22 @@ fn prepare_bwrap(
     // Only once the command is known to exist: a call that cannot run changes nothing.
     super::create_missing_hooks(policy)?;
 
-    let mut pass_fds = Vec::new();
-    let mut seccomp_fds = Vec::new();
+    let (fds, pass_fds) = match fds {
+        Some(fds) => (fds, Vec::new()),
+        None => bwrap_fds()?,
+    };
     let program = seccomp::program(policy.network, false)
         .map_err(|e| SandboxError::Unavailable(e.to_string()))?;
-    let (read, write) = pipe()?;
     // A few KiB: fits in the pipe buffer, so the write never blocks.
-    std::fs::File::from(write)
+    std::fs::File::from(fds.seccomp)
         .write_all(&seccomp::to_bytes(program))
         .map_err(|e| SandboxError::Unavailable(format!("cannot pass the seccomp filter: {e}")))?;
-    seccomp_fds.push(read.as_raw_fd());
-    pass_fds.push(read);
-    // bwrap names its child on this descriptor, so that chitti can reap it afterwards.
-    let (status_read, status_write) = pipe()?;
+    // bwrap names its child on the status descriptor, so that chitti can reap it afterwards.
     let call = bwrap::CallArgs {
         cwd: cwd.to_path_buf(),
-        seccomp_fds,
-        status_fd: Some(status_write.as_raw_fd()),
+        seccomp_fds: vec![fds.seccomp_number],
+        status_fd: Some(fds.status_number),
     };
-    pass_fds.push(status_write);
     bwrap_init::adopt_orphans();
     // Mounts cannot protect a file that does not exist yet: check after the call.
     let absent =
@@ -99,9 +124,7 @@ fn prepare_bwrap(
     if !absent.is_empty() {
         after.push(Box::new(absent));
     }
-    after.push(Box::new(bwrap_init::ReapBwrapInit {
-        status: status_read,
-    }));
+    after.push(Box::new(bwrap_init::ReapBwrapInit { status: fds.status }));
     Ok(Prepared {
         backend: Backend::Bwrap,
         launch: Launch::Command {
