@@ -48,6 +48,7 @@ on_both_backends!(
     git_hooks_and_config_stay_unchanged,
     git_dir_rename_attack_is_undone,
     git_commondir_redirect_does_not_reach_host_git,
+    git_commondir_planted_by_a_background_writer_is_undone,
     git_embedded_repo_config_does_not_run_on_host_status,
     git_embedded_repo_hidden_by_split_index_or_nesting_does_not_run_on_host_status,
     git_gitlink_symlink_does_not_make_chitti_touch_outside_repos,
@@ -437,6 +438,29 @@ fn git_commondir_redirect_does_not_reach_host_git(backend: &str) {
         common.trim()
     );
     assert_eq!(Path::new(common.trim()), fx.ws(".git"), "{ran}");
+}
+
+/// The command leaves a background process behind, with its stdio closed (so chitti's
+/// wait for the output does not wait for it), planting `.git/commondir` over and over. The
+/// repair must come after that process is dead, or a plant made just after it survives the
+/// call: on bwrap, bwrap exits before the init of its PID namespace has killed the rest.
+/// A race, so tried 40 times; before the fix, 2 in 40 calls left the file behind.
+fn git_commondir_planted_by_a_background_writer_is_undone(backend: &str) {
+    let fx = Fixture::new();
+    fx.init_repo("initial");
+    let commondir = fx.ws(".git/commondir");
+    for attempt in 0..40 {
+        let _ = std::fs::remove_file(fx.ws("ran"));
+        let ran = fx.chitti(backend).sh("(exec </dev/null >/dev/null 2>&1; \
+              while :; do printf '../evil\\n' > .git/commondir; done) & \
+             sleep 0.01; touch ran");
+        assert_ran(&fx, "ran", &ran);
+        assert!(
+            !commondir.exists(),
+            "attempt {attempt}: .git/commondir, planted by a process the command left \
+             running, survived the call:\n{ran}"
+        );
+    }
 }
 
 /// A repository nested in the workspace and staged as a gitlink: the host's `git status`

@@ -101,9 +101,10 @@ impl EarlyBwrap {
             .filter(|&end| args[end] == "--" && args[end + 1..] == self.command[..])
             .filter(|&end| args[..end].iter().any(|a| a == GUARD_NEEDS))
             .map(|end| option_stream(&args[..end], env))
-            .filter(|stream| stream.len() <= libc::PIPE_BUF);
+            .filter(|stream| stream.len() <= libc::PIPE_BUF)
+            // A bwrap that cannot take the limits (gone already?) is replaced, not trusted.
+            .filter(|_| rlimits.apply_to(self.child.pid).is_ok());
         if let Some(stream) = options {
-            rlimits.apply_to(self.child.pid)?;
             // SAFETY: writes `stream`, which outlives the call, to an open pipe.
             let written =
                 unsafe { libc::write(self.args.as_raw_fd(), stream.as_ptr().cast(), stream.len()) };

@@ -120,11 +120,15 @@ pub(crate) fn prepare_bwrap(
     // Mounts cannot protect a file that does not exist yet: check after the call.
     let absent =
         protect::Snapshot::take(&[], &[], &policy.absent).map_err(SandboxError::Unavailable)?;
-    let mut after = super::nested_repo_checks(policy);
+    // First the wait for the PID namespace to empty: bwrap exits before its init has
+    // killed what the command left running, and a check made before that could be
+    // undone by a process still alive.
+    let mut after: Vec<Box<dyn super::AfterCall>> =
+        vec![Box::new(bwrap_init::ReapBwrapInit { status: fds.status })];
+    after.extend(super::nested_repo_checks(policy));
     if !absent.is_empty() {
         after.push(Box::new(absent));
     }
-    after.push(Box::new(bwrap_init::ReapBwrapInit { status: fds.status }));
     Ok(Prepared {
         backend: Backend::Bwrap,
         launch: Launch::Command {
