@@ -11,7 +11,10 @@
 # Usage: scripts/bench.sh [--with-peers]
 #   --with-peers  install @openai/codex and @anthropic-ai/sandbox-runtime with npm into a
 #                 temporary directory for this run (otherwise they are used if on PATH)
-# Environment: BENCH_RUNS (hyperfine runs, default 30), BENCH_MCP_CALLS (default 200),
+# Environment: BENCH_RUNS (hyperfine runs, default 30), BENCH_ROUNDS (the runs are split into
+#   this many hyperfine rounds, default 5, every other one in reverse order, so that the
+#   machine's drift over the minutes of a run falls on every command alike; the medians are
+#   taken over all rounds' times), BENCH_MCP_CALLS (default 200),
 #   BENCH_USER (run as root: also compare bare and landlock as this user, who does not pay
 #   for hiding root's own secrets; the user needs a home directory to be realistic).
 set -euo pipefail
@@ -27,6 +30,7 @@ esac
 scripts/install-deps.sh hyperfine time
 built=$(scripts/build-chitti.sh --release --locked --quiet)
 runs=${BENCH_RUNS:-30}
+rounds=${BENCH_ROUNDS:-5}
 calls=${BENCH_MCP_CALLS:-200}
 
 ws=$(mktemp -d /var/tmp/chitti-bench.XXXXXX)
@@ -34,7 +38,7 @@ peers=$(mktemp -d /var/tmp/chitti-bench-peers.XXXXXX)
 bin=$(mktemp -d /var/tmp/chitti-bench-bin.XXXXXX)
 out=$(mktemp /var/tmp/chitti-bench-json.XXXXXX)
 user_dir=$(mktemp -d /var/tmp/chitti-bench-user.XXXXXX)
-trap 'rm -rf "$ws" "$peers" "$bin" "$out" "$out.time" "$user_dir"' EXIT
+trap 'rm -rf "$ws" "$peers" "$bin" "$out" "$out".* "$user_dir"' EXIT
 
 # Measure a copy, as `cargo install` would place it: the file the linker has just written
 # started 0.1-0.2 ms slower here than a byte-identical copy, until the page cache was
@@ -98,14 +102,42 @@ if command -v srt >/dev/null && "$(command -v srt)" -c true >/dev/null 2>&1; the
     commands+=(-n srt "$(command -v srt) -c true")
 fi
 
-(cd "$ws" && hyperfine --shell=none --warmup 5 --runs "$runs" --export-json "$out" \
-    --style basic "${commands[@]}" >/dev/null)
+# hyperfine measures one command after the other; over a few minutes this machine drifts by
+# a few tenths of a millisecond, enough to move a ratio. So the runs are split into rounds,
+# every other round in reverse order, and each command's median is taken over all its times.
+# Usage: rounds OUT ARGS... (ARGS: `-n name command` triples); writes OUT.0, OUT.1, ...
+rounds() {
+    local out=$1
+    shift
+    local forward=("$@") reverse=() i r
+    for (( i = ${#forward[@]} - 3; i >= 0; i -= 3 )); do reverse+=("${forward[@]:i:3}"); done
+    for (( r = 0; r < rounds; r++ )); do
+        local order=("${forward[@]}")
+        (( r % 2 )) && order=("${reverse[@]}")
+        hyperfine --shell=none --warmup 3 --runs $(( (runs + rounds - 1) / rounds )) \
+            --export-json "$out.$r" --style basic "${order[@]}" >/dev/null
+    done
+}
 
-echo "== start-up of one sandboxed \`sh -c true\` (hyperfine, $runs runs, medians)"
+# Medians in ms over all rounds, by command name, in the first round's order, as JSON.
+medians() {
+    python3 - "$@" <<'PY'
+import json, statistics, sys
+times = {}
+for path in sys.argv[1:]:
+    for r in json.load(open(path))["results"]:
+        times.setdefault(r["command"], []).extend(r["times"])
+print(json.dumps({name: statistics.median(t) * 1000 for name, t in times.items()}))
+PY
+}
+
+(cd "$ws" && rounds "$out" "${commands[@]}")
+medians "$out".* > "$out"
+
+echo "== start-up of one sandboxed \`sh -c true\` (hyperfine, $runs runs in $rounds rounds, medians)"
 python3 - "$out" <<'PY'
 import json, sys
-results = {r["command"]: r for r in json.load(open(sys.argv[1]))["results"]}
-med = {name: r["median"] * 1000 for name, r in results.items()}
+med = json.load(open(sys.argv[1]))
 print(f"| {'command':<16} | {'median ms':>9} | {'vs bare':>7} |")
 print(f"|{'-' * 18}|{'-' * 11}|{'-' * 9}|")
 for name, m in med.items():
@@ -129,17 +161,20 @@ if [ -n "${BENCH_USER:-}" ] && [[ " ${backends[*]} " == *" landlock "* ]]; then
     mkdir "$user_dir/ws"
     chown -R "$BENCH_USER" "$user_dir"
     chmod 755 "$user_dir" "$bin"
-    (cd "$user_dir/ws" && runuser -u "$BENCH_USER" -- hyperfine --shell=none --warmup 5 \
-        --runs "$runs" --export-json "$user_dir/out.json" --style basic \
-        -n bare "sh -c true" \
-        -n chitti-landlock "$chitti sandbox exec --backend landlock -w $user_dir/ws -- sh -c true" \
-        -n chitti-none "$chitti sandbox exec --backend none -w $user_dir/ws -- sh -c true" \
-        >/dev/null)
+    user_commands=(
+        -n bare "sh -c true"
+        -n chitti-landlock "$chitti sandbox exec --backend landlock -w $user_dir/ws -- sh -c true"
+        -n chitti-none "$chitti sandbox exec --backend none -w $user_dir/ws -- sh -c true"
+    )
+    (cd "$user_dir/ws" && runs=$runs rounds=$rounds runuser -u "$BENCH_USER" -- \
+        bash -c "$(declare -f rounds); rounds \"\$@\"" rounds "$user_dir/out.json" \
+        "${user_commands[@]}")
+    medians "$user_dir/out.json".* > "$user_dir/out.json"
     echo
-    echo "== the same as user $BENCH_USER (hyperfine, $runs runs, medians)"
+    echo "== the same as user $BENCH_USER (hyperfine, $runs runs in $rounds rounds, medians)"
     python3 - "$user_dir/out.json" <<'PY'
 import json, sys
-med = {r["command"]: r["median"] * 1000 for r in json.load(open(sys.argv[1]))["results"]}
+med = json.load(open(sys.argv[1]))
 for name, m in med.items():
     print(f"{name:<16} {m:6.2f} ms  {m / med['bare']:5.2f}x bare")
 PY
