@@ -30,6 +30,16 @@ pub enum Output {
     Capture { max_bytes: usize },
 }
 
+impl Output {
+    /// The cap per captured stream, if output is captured.
+    fn capture_max(&self) -> Option<usize> {
+        match self {
+            Output::Stream => None,
+            Output::Capture { max_bytes } => Some(*max_bytes),
+        }
+    }
+}
+
 pub enum Input {
     Null,
     Inherit,
@@ -186,10 +196,7 @@ pub fn start(prepared: Prepared, input: Input, output: Output) -> Result<Started
         temp_dirs,
         held,
     } = prepared;
-    let capture_max = match output {
-        Output::Stream => None,
-        Output::Capture { max_bytes } => Some(max_bytes),
-    };
+    let capture_max = output.capture_max();
     let is_bwrap = matches!(launch, Launch::Command { .. });
     // bwrap's own set-up errors arrive on stderr; read it to tell them from the command's.
     let pipes = Pipes::new(
@@ -333,8 +340,8 @@ pub struct EarlyStart {
     stderr: Option<OwnedFd>,
 }
 
-/// Starts bwrap (`program`) for `command` ahead of its options; [`start_early`] completes the launch
-/// once the policy is known. The descriptors returned go to
+/// Starts bwrap (`program`) for `command` ahead of its options; [`start_early`] completes
+/// the launch once the policy is known. The descriptors returned go to
 /// [`crate::sandbox::prepare_started_bwrap`].
 #[cfg(target_os = "linux")]
 pub fn start_bwrap_early(
@@ -344,10 +351,7 @@ pub fn start_bwrap_early(
     output: &Output,
 ) -> Result<(EarlyStart, crate::sandbox::linux::BwrapFds), SandboxError> {
     use crate::sandbox::linux::{bwrap_fds, direct, early_bwrap::EarlyBwrap};
-    let capture_max = match output {
-        Output::Stream => None,
-        Output::Capture { max_bytes } => Some(*max_bytes),
-    };
+    let capture_max = output.capture_max();
     // stderr is always read: bwrap's own set-up errors arrive there.
     let pipes = Pipes::new(input, capture_max.is_some(), true)?;
     let (fds, passed) = bwrap_fds()?;
