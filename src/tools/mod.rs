@@ -89,11 +89,13 @@ impl Tool {
     pub fn check_args(self, args: &Value) -> Result<Value, ToolResult> {
         let args = normalize_args(self.name(), args.clone())?;
         let checked = match self {
-            Tool::ExecuteBash => parse_args::<execute_bash::ExecuteBash>(args.clone()).map(drop),
-            Tool::ReadFile => parse_args::<read_file::ReadFile>(args.clone()).map(drop),
-            Tool::ListDir => parse_args::<list_dir::ListDir>(args.clone()).map(drop),
-            Tool::WriteFile => parse_args::<write_file::WriteFile>(args.clone()).map(drop),
-            Tool::EditFile => parse_args::<edit_file::EditFile>(args.clone()).map(drop),
+            Tool::ExecuteBash => {
+                parse_normalized::<execute_bash::ExecuteBash>(args.clone()).map(drop)
+            }
+            Tool::ReadFile => parse_normalized::<read_file::ReadFile>(args.clone()).map(drop),
+            Tool::ListDir => parse_normalized::<list_dir::ListDir>(args.clone()).map(drop),
+            Tool::WriteFile => parse_normalized::<write_file::WriteFile>(args.clone()).map(drop),
+            Tool::EditFile => parse_normalized::<edit_file::EditFile>(args.clone()).map(drop),
         };
         checked.map(|()| args)
     }
@@ -352,8 +354,13 @@ impl Toolbox {
 
 /// Turns raw arguments into `T::Args`, or an error result naming the argument at fault.
 pub fn parse_args<T: ToolSpec>(args: Value) -> Result<T::Args, ToolResult> {
+    parse_normalized::<T>(normalize_args(T::NAME, args)?)
+}
+
+/// [`parse_args`] for arguments [`normalize_args`] already made a value: normalising twice
+/// would also unwrap JSON encoded twice, which the tools otherwise refuse.
+fn parse_normalized<T: ToolSpec>(args: Value) -> Result<T::Args, ToolResult> {
     let bad = |why: String| ToolResult::error(format!("invalid arguments for {}: {why}", T::NAME));
-    let args = normalize_args(T::NAME, args)?;
     check_args(cached_parameters::<T::Args>(), &args).map_err(bad)?;
     serde_json::from_value(args).map_err(|e| bad(e.to_string()))
 }
@@ -753,6 +760,30 @@ mod tests {
             .await;
         assert!(r.ok, "{}", r.text);
         assert!(r.text.contains("hello"));
+    }
+
+    /// Checking a call and running it agree: arguments sent as a string of JSON pass both,
+    /// and JSON encoded twice (a string of a string) is refused by both, where the check
+    /// used to unwrap it a second time and pass it.
+    #[tokio::test]
+    async fn the_check_and_the_call_accept_the_same_arguments() {
+        let fx = Fixture::new();
+        std::fs::write(fx.ws.join("a.txt"), "hello\n").unwrap();
+        let tb = Toolbox::new(fx.policy.clone(), Backend::None);
+        let once = Value::String(r#"{"path": "a.txt"}"#.into());
+        let twice = Value::String(serde_json::to_string(&once).unwrap());
+        assert_eq!(
+            Tool::ReadFile.check_args(&once).unwrap(),
+            json!({"path": "a.txt"})
+        );
+        assert!(tb.call("read_file", once).await.ok);
+        let refused = Tool::ReadFile.check_args(&twice).unwrap_err();
+        assert!(
+            refused.text.contains("expected a JSON object"),
+            "{}",
+            refused.text
+        );
+        assert!(!tb.call("read_file", twice).await.ok);
     }
 
     /// Forty edits of forty lines of one file, all at once: every one lands.
