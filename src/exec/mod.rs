@@ -75,6 +75,12 @@ struct Pipes {
     child_stdin: Option<OwnedFd>,
     child_stdout: Option<OwnedFd>,
     child_stderr: Option<OwnedFd>,
+    own: OwnEnds,
+}
+
+/// chitti's ends of the command's stdio, and how much captured output it keeps.
+struct OwnEnds {
+    capture_max: Option<usize>,
     stdin_bytes: Option<(OwnedFd, Vec<u8>)>,
     stdout: Option<OwnedFd>,
     stderr: Option<OwnedFd>,
@@ -102,14 +108,20 @@ fn pipe() -> Result<(OwnedFd, OwnedFd), SandboxError> {
 }
 
 impl Pipes {
-    fn new(input: Input, capture: bool, pipe_stderr: bool) -> Result<Pipes, SandboxError> {
+    /// Captured output is piped, and so is stderr when `pipe_stderr` (bwrap's own set-up
+    /// errors arrive there, to be told from the command's).
+    fn new(input: Input, output: &Output, pipe_stderr: bool) -> Result<Pipes, SandboxError> {
+        let capture_max = output.capture_max();
         let mut p = Pipes {
             child_stdin: None,
             child_stdout: None,
             child_stderr: None,
-            stdin_bytes: None,
-            stdout: None,
-            stderr: None,
+            own: OwnEnds {
+                capture_max,
+                stdin_bytes: None,
+                stdout: None,
+                stderr: None,
+            },
         };
         match input {
             Input::Inherit => {}
@@ -121,17 +133,17 @@ impl Pipes {
             Input::Bytes(bytes) => {
                 let (r, w) = pipe()?;
                 p.child_stdin = Some(r);
-                p.stdin_bytes = Some((w, bytes));
+                p.own.stdin_bytes = Some((w, bytes));
             }
         }
-        if capture {
+        if capture_max.is_some() {
             let (r, w) = pipe()?;
-            p.stdout = Some(r);
+            p.own.stdout = Some(r);
             p.child_stdout = Some(w);
         }
-        if pipe_stderr {
+        if capture_max.is_some() || pipe_stderr {
             let (r, w) = pipe()?;
-            p.stderr = Some(r);
+            p.own.stderr = Some(r);
             p.child_stderr = Some(w);
         }
         Ok(p)
@@ -171,49 +183,55 @@ pub async fn run(
 /// A launch whose process is running; [`finish`] follows it to the end. Dropped without
 /// that, the process is killed (bwrap) or its supervisor kills the tree (Landlock).
 pub struct Started {
+    call: Call,
+    own: OwnEnds,
+    started: Instant,
+    /// The process group to sweep after a normal exit (see `finish`).
+    leader: Option<u32>,
+    running: Running,
+}
+
+/// What a call keeps of its [`Prepared`] besides the launch, until it is over.
+struct Call {
     backend: Backend,
     after: Vec<Box<dyn crate::sandbox::AfterCall>>,
     temp_dirs: Vec<tempfile::TempDir>,
     held: Vec<Box<dyn std::any::Any + Send>>,
-    capture_max: Option<usize>,
-    started: Instant,
-    stdin_bytes: Option<(OwnedFd, Vec<u8>)>,
-    stdout: Option<OwnedFd>,
-    stderr: Option<OwnedFd>,
-    /// The process group to sweep after a normal exit (see `finish`).
-    leader: Option<u32>,
-    running: Running,
+}
+
+impl Call {
+    fn split(prepared: Prepared) -> (Launch, Call) {
+        let Prepared {
+            backend,
+            launch,
+            after,
+            temp_dirs,
+            held,
+        } = prepared;
+        let call = Call {
+            backend,
+            after,
+            temp_dirs,
+            held,
+        };
+        (launch, call)
+    }
 }
 
 /// Creates the command's stdio and starts the process. On Linux this needs no async
 /// runtime, so a one-shot call can build its runtime while the command starts up; on
 /// other systems it must run inside one (the child is a `tokio::process::Child`).
 pub fn start(prepared: Prepared, input: Input, output: Output) -> Result<Started, SandboxError> {
-    let Prepared {
-        backend,
-        launch,
-        after,
-        temp_dirs,
-        held,
-    } = prepared;
-    let capture_max = output.capture_max();
+    let (launch, call) = Call::split(prepared);
     let is_bwrap = matches!(launch, Launch::Command { .. });
-    // bwrap's own set-up errors arrive on stderr; read it to tell them from the command's.
-    let pipes = Pipes::new(
-        input,
-        capture_max.is_some(),
-        capture_max.is_some() || is_bwrap,
-    )?;
-
-    let started = Instant::now();
     let Pipes {
         child_stdin,
         child_stdout,
         child_stderr,
-        stdin_bytes,
-        stdout,
-        stderr,
-    } = pipes;
+        own,
+    } = Pipes::new(input, &output, is_bwrap)?;
+
+    let started = Instant::now();
     let leader: Option<u32>;
     let running = match launch {
         #[cfg(target_os = "linux")]
@@ -315,15 +333,9 @@ pub fn start(prepared: Prepared, input: Input, output: Output) -> Result<Started
         }
     };
     Ok(Started {
-        backend,
-        after,
-        temp_dirs,
-        held,
-        capture_max,
+        call,
+        own,
         started,
-        stdin_bytes,
-        stdout,
-        stderr,
         leader,
         running,
     })
@@ -334,10 +346,7 @@ pub fn start(prepared: Prepared, input: Input, output: Output) -> Result<Started
 #[cfg(target_os = "linux")]
 pub struct EarlyStart {
     bwrap: crate::sandbox::linux::early_bwrap::EarlyBwrap,
-    capture_max: Option<usize>,
-    stdin_bytes: Option<(OwnedFd, Vec<u8>)>,
-    stdout: Option<OwnedFd>,
-    stderr: Option<OwnedFd>,
+    own: OwnEnds,
 }
 
 /// Starts bwrap (`program`) for `command` ahead of its options; [`start_early`] completes
@@ -351,39 +360,29 @@ pub fn start_bwrap_early(
     output: &Output,
 ) -> Result<(EarlyStart, crate::sandbox::linux::BwrapFds), SandboxError> {
     use crate::sandbox::linux::{bwrap_fds, direct, early_bwrap::EarlyBwrap};
-    let capture_max = output.capture_max();
-    // stderr is always read: bwrap's own set-up errors arrive there.
-    let pipes = Pipes::new(input, capture_max.is_some(), true)?;
+    let Pipes {
+        child_stdin,
+        child_stdout,
+        child_stderr,
+        own,
+    } = Pipes::new(input, output, true)?;
     let (fds, passed) = bwrap_fds()?;
     let stdio = direct::Stdio {
-        stdin: pipes.child_stdin,
-        stdout: pipes.child_stdout,
-        stderr: pipes.child_stderr,
+        stdin: child_stdin,
+        stdout: child_stdout,
+        stderr: child_stderr,
     };
     let bwrap = EarlyBwrap::spawn(program, command, passed, stdio).map_err(|e| {
         SandboxError::Unavailable(format!("cannot start {}: {e}", program.display()))
     })?;
-    let early = EarlyStart {
-        bwrap,
-        capture_max,
-        stdin_bytes: pipes.stdin_bytes,
-        stdout: pipes.stdout,
-        stderr: pipes.stderr,
-    };
-    Ok((early, fds))
+    Ok((EarlyStart { bwrap, own }, fds))
 }
 
 /// Hands the early bwrap the launch `prepared` describes (from
 /// [`crate::sandbox::prepare_started_bwrap`]).
 #[cfg(target_os = "linux")]
 pub fn start_early(early: EarlyStart, prepared: Prepared) -> Result<Started, SandboxError> {
-    let Prepared {
-        backend,
-        launch,
-        after,
-        temp_dirs,
-        held,
-    } = prepared;
+    let (launch, call) = Call::split(prepared);
     let Launch::Command {
         program,
         args,
@@ -405,15 +404,9 @@ pub fn start_early(early: EarlyStart, prepared: Prepared) -> Result<Started, San
             SandboxError::Unavailable(format!("cannot start {}: {e}", program.display()))
         })?;
     Ok(Started {
-        backend,
-        after,
-        temp_dirs,
-        held,
-        capture_max: early.capture_max,
+        call,
+        own: early.own,
         started,
-        stdin_bytes: early.stdin_bytes,
-        stdout: early.stdout,
-        stderr: early.stderr,
         leader: Some(child.pid as u32),
         running: Running::Direct(child),
     })
@@ -426,16 +419,22 @@ pub async fn finish(
     cancel: impl Future<Output = ()>,
 ) -> Result<Outcome, SandboxError> {
     let Started {
-        backend,
-        after,
-        temp_dirs,
-        // Kept (not dropped) until this function returns: the call is over by then.
-        held: _held,
-        capture_max,
+        call:
+            Call {
+                backend,
+                after,
+                temp_dirs,
+                // Kept (not dropped) until this function returns: the call is over by then.
+                held: _held,
+            },
+        own:
+            OwnEnds {
+                capture_max,
+                stdin_bytes,
+                stdout,
+                stderr,
+            },
         started,
-        stdin_bytes,
-        stdout,
-        stderr,
         leader,
         mut running,
     } = started;

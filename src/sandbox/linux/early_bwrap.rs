@@ -104,19 +104,6 @@ impl EarlyBwrap {
             .filter(|stream| stream.len() <= libc::PIPE_BUF)
             // A bwrap that cannot take the limits (gone already?) is replaced, not trusted.
             .filter(|_| rlimits.apply_to(self.child.pid).is_ok());
-        if let Some(stream) = options {
-            // SAFETY: writes `stream`, which outlives the call, to an open pipe.
-            let written =
-                unsafe { libc::write(self.args.as_raw_fd(), stream.as_ptr().cast(), stream.len()) };
-            if written == stream.len() as isize {
-                let EarlyBwrap {
-                    child, args: pipe, ..
-                } = self;
-                drop(pipe);
-                return Ok(child);
-            }
-            // Nothing was written (a pipe write this size is all or nothing).
-        }
         let EarlyBwrap {
             child,
             args: pipe,
@@ -125,6 +112,15 @@ impl EarlyBwrap {
             stdio,
             ..
         } = self;
+        if let Some(stream) = options {
+            // SAFETY: writes `stream`, which outlives the call, to an open pipe.
+            let written =
+                unsafe { libc::write(pipe.as_raw_fd(), stream.as_ptr().cast(), stream.len()) };
+            if written == stream.len() as isize {
+                return Ok(child);
+            }
+            // Nothing was written (a pipe write this size is all or nothing).
+        }
         // Killed and reaped before its argument pipe closes: it never parses anything.
         drop(child);
         drop(pipe);
