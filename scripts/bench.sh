@@ -43,7 +43,7 @@ trap 'rm -rf "$ws" "$peers" "$bin" "$out" "$out".* "$user_dir"' EXIT
 # Measure a copy, as `cargo install` would place it: the file the linker has just written
 # started 0.1-0.2 ms slower here than a byte-identical copy, until the page cache was
 # dropped (how the linker's writes left it cached). Everything else measured is installed.
-cp "$built" "$bin/chitti"
+cp "$built" "$(dirname "$built")/chitti-agent" "$bin/"
 chitti=$bin/chitti
 
 if $with_peers; then

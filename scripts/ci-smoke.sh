@@ -87,4 +87,28 @@ wait "$listener" 2>/dev/null || true
 [ ! -e "$work/connected" ] || fail "connected to a host TCP listener with the network off"
 pass "the network is off"
 
+# chitti mcp is served by chitti-agent, which chitti execs: one real tool call through it,
+# judged by the file it wrote. (stdin stays open until the answer: end of input cancels.)
+HOME="$work/home" python3 - "$chitti" "$ws" <<'PY' || fail "chitti mcp did not answer a tool call"
+import json, signal, subprocess, sys
+signal.alarm(60)
+server = subprocess.Popen([sys.argv[1], "mcp", "-w", sys.argv[2]], text=True,
+                          stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+def ask(message):
+    server.stdin.write(json.dumps(message) + "\n")
+    server.stdin.flush()
+    return json.loads(server.stdout.readline()) if "id" in message else None
+ask({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+    "protocolVersion": "2025-03-26", "capabilities": {},
+    "clientInfo": {"name": "ci-smoke", "version": "1"}}})
+ask({"jsonrpc": "2.0", "method": "notifications/initialized"})
+reply = ask({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {
+    "name": "execute_bash", "arguments": {"command": "echo mcp > mcp-wrote"}}})
+server.stdin.close()
+server.wait()
+sys.exit(0 if reply["result"]["structuredContent"]["exit_code"] == 0 else 1)
+PY
+[ "$(cat "$ws/mcp-wrote" 2>/dev/null)" = mcp ] || fail "an execute_bash call through chitti mcp did not write the workspace"
+pass "chitti mcp (served by chitti-agent) runs a sandboxed call"
+
 echo "ci-smoke: all checks passed"

@@ -49,7 +49,7 @@ for line in sys.stdin:
         print(msg["executable"])
 ' > "$stage/tests.txt"
 mkdir -p "$stage/bin" "$stage/tmp"
-cp "$chitti" "$stage/bin/chitti"
+cp "$chitti" "$(dirname "$chitti")/chitti-agent" "$stage/bin/"
 while read -r exe; do cp "$exe" "$stage/bin/"; done < "$stage/tests.txt"
 chmod 755 "$stage"
 chown -R "$user:$user" "$stage/tmp"

@@ -16,3 +16,8 @@ pub mod provider;
 pub mod sandbox;
 pub mod tools;
 pub mod verify;
+
+/// With musl, Rust's allocations go to dlmalloc (Cargo.toml says why), in both binaries.
+#[cfg(target_env = "musl")]
+#[global_allocator]
+static ALLOCATOR: dlmalloc::GlobalDlmalloc = dlmalloc::GlobalDlmalloc;

@@ -1,7 +1,6 @@
-/// With musl, Rust's allocations go to dlmalloc (Cargo.toml says why).
-#[cfg(target_env = "musl")]
-#[global_allocator]
-static ALLOCATOR: dlmalloc::GlobalDlmalloc = dlmalloc::GlobalDlmalloc;
+//! `chitti`: the sandbox (`sandbox exec`, `sandbox test`, `sandbox profile`) and `doctor`.
+//! `run`, `chat` and `mcp` are served by `chitti-agent`, which this binary execs
+//! (src/cli/agent_binary.rs says why they are two binaries).
 
 fn main() {
     chitti::name_service::builtin_sources_only();

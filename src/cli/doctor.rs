@@ -26,6 +26,9 @@ pub fn run(as_json: bool) -> i32 {
     };
     let landlock = caps.landlock_blocker();
     let selection = sandbox::select(BackendChoice::Auto, caps, &state_dir);
+    // run, chat and mcp need it; the sandbox commands do not.
+    let agent = super::agent_binary::path();
+    let agent_present = agent.as_ref().is_ok_and(|p| p.is_file());
 
     if as_json {
         let report = json!({
@@ -46,6 +49,10 @@ pub fn run(as_json: bool) -> i32 {
                 "blocker": landlock,
             },
             "seccomp": caps.seccomp(),
+            "agent_binary": {
+                "path": agent.as_ref().ok().map(|p| p.display().to_string()),
+                "present": agent_present,
+            },
             "auto": match &selection {
                 Ok(s) => json!({"backend": s.backend.name(), "reason": s.reason}),
                 Err(e) => json!({"backend": null, "reason": e.to_string()}),
@@ -97,6 +104,15 @@ pub fn run(as_json: bool) -> i32 {
         Err(e) => say!("  landlock          unavailable: {e}"),
     }
     say!("  seccomp           {}", yes_no(caps.seccomp()));
+    match (&agent, agent_present) {
+        (Ok(path), true) => say!("  agent binary      {} (run, chat, mcp)", path.display()),
+        (Ok(path), false) => say!(
+            "  agent binary      MISSING: {} (run, chat and mcp need it; `cargo build \
+             --release` builds it beside chitti)",
+            path.display()
+        ),
+        (Err(why), _) => say!("  agent binary      unknown: {why}"),
+    }
     say!();
     match &bwrap_probe {
         Ok(()) => say!("  backend bwrap     usable (probed: namespaces, seccomp, cap drop)"),

@@ -1,6 +1,7 @@
 //! The command line: every flag is defined here, each subcommand lives in its own file.
 
 mod agent;
+pub mod agent_binary;
 mod doctor;
 mod mcp;
 mod sandbox_exec;
@@ -260,7 +261,9 @@ fn parse_sandbox_exec(args: &[OsString]) -> Option<Cli> {
     })
 }
 
-/// Runs the parsed command line; returns the process exit status.
+/// Runs the parsed command line in the `chitti` binary; returns the process exit status.
+/// The agent's commands are handed to `chitti-agent` (see [`agent_binary`]): this process
+/// becomes it.
 pub fn run(cli: Cli) -> i32 {
     init_tracing();
     match cli.command {
@@ -275,9 +278,29 @@ pub fn run(cli: Cli) -> i32 {
             bwrap_args0,
         }) => sandbox_profile::run(workspace, &profile, backend, bwrap_args0),
         Command::Doctor { json } => doctor::run(json),
-        Command::Run { agent, prompt } => agent::run(agent, prompt.join(" ")),
-        Command::Chat { agent } => agent::chat(agent),
-        Command::Mcp(args) => mcp::run(args),
+        Command::Run { .. } => agent_binary::exec("run"),
+        Command::Chat { .. } => agent_binary::exec("chat"),
+        Command::Mcp(_) => agent_binary::exec("mcp"),
+    }
+}
+
+/// Runs the parsed command line in `chitti-agent`: the agent's commands here, everything
+/// else as `chitti` would. Only this binary links the agent's code.
+pub fn run_agent(cli: Cli) -> i32 {
+    match cli.command {
+        Command::Run { agent, prompt } => {
+            init_tracing();
+            agent::run(agent, prompt.join(" "))
+        }
+        Command::Chat { agent } => {
+            init_tracing();
+            agent::chat(agent)
+        }
+        Command::Mcp(args) => {
+            init_tracing();
+            mcp::run(args)
+        }
+        command => run(Cli { command }),
     }
 }
 

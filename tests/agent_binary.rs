@@ -1,0 +1,117 @@
+//! `chitti run`, `chat` and `mcp` are served by `chitti-agent`, which `chitti` execs from
+//! beside its own executable: never from PATH, never from beside a symbolic link to chitti,
+//! and with a clear refusal when it is missing.
+
+mod common;
+
+use std::os::unix::fs::{symlink, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use common::{chitti_bin, marker, scratch_root};
+
+/// A fresh directory under the scratch root.
+fn fresh_dir(tag: &str) -> PathBuf {
+    let dir = scratch_root().join(marker(tag));
+    std::fs::create_dir_all(&dir).expect("create a test directory");
+    dir
+}
+
+/// A copy of the chitti binary under test in `dir`.
+fn copy_chitti(dir: &Path) -> PathBuf {
+    let copy = dir.join("chitti");
+    std::fs::copy(chitti_bin(), &copy).expect("copy chitti");
+    copy
+}
+
+/// An executable script at `path` that records its arguments in `record` and exits 7.
+fn recording_script(path: &Path, record: &Path) {
+    let script = format!(
+        "#!/bin/sh\nprintf '%s\\n' \"$@\" > '{}'\nexit 7\n",
+        record.display()
+    );
+    std::fs::write(path, script).expect("write a script");
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+}
+
+fn run(chitti: &Path, args: &[&str], path_env: &Path) -> Output {
+    Command::new(chitti)
+        .args(args)
+        .env("PATH", path_env)
+        .output()
+        .expect("start chitti")
+}
+
+#[test]
+fn without_chitti_agent_the_agent_commands_are_refused_and_say_how_to_get_it() {
+    let dir = fresh_dir("alone");
+    let chitti = copy_chitti(&dir);
+    for command in [&["run", "hello"][..], &["chat"], &["mcp"]] {
+        let out = run(&chitti, command, Path::new("/usr/bin:/bin"));
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(127), "{command:?}: {stderr}");
+        let expected = dir.join("chitti-agent");
+        assert!(
+            stderr.contains(&expected.display().to_string()) && stderr.contains("cargo build"),
+            "{command:?} should name the missing file and how to build it: {stderr}"
+        );
+        assert!(out.stdout.is_empty(), "{command:?} printed on stdout");
+    }
+    // The sandbox itself needs no agent binary.
+    let out = run(&chitti, &["sandbox", "profile"], Path::new("/usr/bin:/bin"));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[test]
+fn chitti_agent_is_taken_from_beside_the_real_file_with_the_same_arguments() {
+    let real = fresh_dir("real");
+    let chitti = copy_chitti(&real);
+    let record = real.join("record");
+    recording_script(&real.join("chitti-agent"), &record);
+    // A decoy beside a symbolic link to chitti, and another on PATH: neither may run.
+    let elsewhere = fresh_dir("link");
+    let decoy_record = elsewhere.join("decoy-ran");
+    symlink(&chitti, elsewhere.join("chitti")).expect("symlink");
+    recording_script(&elsewhere.join("chitti-agent"), &decoy_record);
+
+    let out = run(
+        &elsewhere.join("chitti"),
+        &["run", "--max-steps", "3", "a task"],
+        &elsewhere,
+    );
+    assert_eq!(
+        out.status.code(),
+        Some(7),
+        "chitti should have become the script (its exit status): {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        std::fs::read_to_string(&record).expect("the real chitti-agent ran"),
+        "run\n--max-steps\n3\na task\n"
+    );
+    assert!(
+        !decoy_record.exists(),
+        "a chitti-agent beside the link or on PATH ran"
+    );
+}
+
+#[test]
+fn the_sandbox_commands_do_not_start_chitti_agent() {
+    let dir = fresh_dir("core");
+    let chitti = copy_chitti(&dir);
+    let record = dir.join("record");
+    recording_script(&dir.join("chitti-agent"), &record);
+    for command in [
+        &["sandbox", "profile"][..],
+        &["doctor", "--json"],
+        &["--version"],
+    ] {
+        let out = run(&chitti, command, Path::new("/usr/bin:/bin"));
+        assert_ne!(out.status.code(), Some(7), "{command:?} ran chitti-agent");
+    }
+    assert!(!record.exists(), "a sandbox command started chitti-agent");
+}
