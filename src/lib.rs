@@ -17,7 +17,23 @@ pub mod sandbox;
 pub mod tools;
 pub mod verify;
 
-/// With musl, Rust's allocations go to dlmalloc (Cargo.toml says why), in both binaries.
+/// With musl, Rust's allocations go to dlmalloc (Cargo.toml says why), in both binaries
+/// and in the tests.
 #[cfg(target_env = "musl")]
 #[global_allocator]
 static ALLOCATOR: dlmalloc::GlobalDlmalloc = dlmalloc::GlobalDlmalloc;
+
+/// Makes the allocator usable in a child forked while other threads run. dlmalloc guards
+/// its heap with one lock; a fork while another thread holds it copies the lock held, with
+/// no thread left to release it, and the landlock supervisor (a fork that allocates) then
+/// waits forever. This registers fork handlers that take the lock around every `fork`.
+/// (glibc's and musl's own allocators do this themselves.) Idempotent; call it before
+/// forking.
+pub fn allocator_survives_fork() {
+    #[cfg(target_env = "musl")]
+    {
+        static REGISTERED: std::sync::Once = std::sync::Once::new();
+        // SAFETY: registers the handlers once; they only take and release dlmalloc's lock.
+        REGISTERED.call_once(|| unsafe { dlmalloc::enable_alloc_after_fork() });
+    }
+}

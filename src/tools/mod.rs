@@ -581,6 +581,50 @@ mod tests {
         );
     }
 
+    /// The landlock supervisor is a fork of chitti, and it allocates (its report, the
+    /// repairs). A fork while another thread held the allocator's lock left the supervisor
+    /// waiting for that lock forever, and the call hung until its timeout (seen in a
+    /// multi-threaded test process; the agent's runtime has worker threads too).
+    #[tokio::test]
+    async fn landlock_calls_finish_while_another_thread_allocates() {
+        use std::sync::atomic::{AtomicBool, Ordering};
+        if let Some(why) = crate::sandbox::Capabilities::get().landlock_blocker() {
+            eprintln!("SKIP: {why}");
+            return;
+        }
+        let fx = Fixture::new();
+        let session = Toolbox::resolving_each_call(
+            (*fx.policy).clone(),
+            fx.source.clone(),
+            Backend::Landlock,
+        );
+        let stop = std::sync::Arc::new(AtomicBool::new(false));
+        let churn = {
+            let stop = std::sync::Arc::clone(&stop);
+            std::thread::spawn(move || {
+                while !stop.load(Ordering::Relaxed) {
+                    let blocks: Vec<Vec<u8>> = (0..64).map(|i| vec![1u8; 16 + i]).collect();
+                    std::hint::black_box(blocks);
+                }
+            })
+        };
+        for i in 0..40 {
+            let call = session.call("execute_bash", json!({"command": format!("echo call-{i}")}));
+            let r = tokio::time::timeout(std::time::Duration::from_secs(20), call).await;
+            let Ok(r) = r else {
+                stop.store(true, Ordering::Relaxed);
+                panic!("call {i} did not finish in 20 s: its supervisor is stuck");
+            };
+            assert!(
+                r.text.contains(&format!("call-{i}")),
+                "call {i}: {}",
+                r.text
+            );
+        }
+        stop.store(true, Ordering::Relaxed);
+        churn.join().unwrap();
+    }
+
     #[tokio::test]
     async fn a_session_toolbox_fails_closed_when_the_policy_no_longer_resolves() {
         let fx = Fixture::new();

@@ -129,6 +129,8 @@ pub fn spawn(mut spec: LaunchSpec, stdio: ChildStdio) -> std::io::Result<Supervi
     let (status_read, status_write) = pipe()?;
     // Raw pointers for execve, built before fork.
     let execve = spec.image.execve();
+    // The supervisor allocates (its report, the repairs).
+    crate::allocator_survives_fork();
 
     let pid = unsafe { libc::fork() };
     if pid < 0 {
