@@ -57,13 +57,18 @@ fn without_chitti_agent_the_agent_commands_are_refused_and_say_how_to_get_it() {
         );
         assert!(out.stdout.is_empty(), "{command:?} printed on stdout");
     }
-    // The sandbox itself needs no agent binary.
+    // The sandbox itself needs no agent binary, and doctor says it is missing.
     let out = run(&chitti, &["sandbox", "profile"], Path::new("/usr/bin:/bin"));
     assert!(
         out.status.success(),
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
+    let out = run(&chitti, &["doctor", "--json"], Path::new("/usr/bin:/bin"));
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).expect("doctor's JSON");
+    assert_eq!(report["agent_binary"]["present"], false, "{report}");
+    let named = dir.join("chitti-agent").display().to_string();
+    assert_eq!(report["agent_binary"]["path"], named.as_str(), "{report}");
 }
 
 #[test]
