@@ -3,6 +3,10 @@
 //! Layers, top to bottom (arrows only point down): `cli` → `agent`/`mcp` → `tools` →
 //! `exec` → `sandbox` → `policy`. `name_service` is a leaf that `policy` and `provider` use;
 //! `canonical` is a leaf for every layer.
+//!
+//! Two binaries link this library: `chitti` (src/main.rs: the sandbox commands and doctor,
+//! what every sandboxed call starts) and `chitti-agent` (src/bin/chitti-agent.rs: `run`,
+//! `chat` and `mcp`, which `chitti` execs); `cli::agent_binary` says why.
 
 pub mod agent;
 pub mod canonical;
