@@ -9,9 +9,9 @@ mod workspace;
 
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use crate::canonical::canonicalize;
-use std::time::Duration;
 
 pub use profile::{Limits, Profile};
 

@@ -7,11 +7,10 @@
 use std::collections::HashSet;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
-
-use crate::canonical::canonicalize;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use super::AfterCall;
+use crate::canonical::canonicalize;
 
 /// Larger indexes are not parsed (the check is reported as skipped).
 const MAX_INDEX_BYTES: u64 = 64 * 1024 * 1024;

@@ -4,11 +4,10 @@
 
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
-
-use crate::canonical::canonicalize;
 use std::process::Command;
 use std::time::Duration;
 
+use crate::canonical::canonicalize;
 use crate::exec::{self, Input, Outcome, Output};
 use crate::policy::{ChittiDirs, Overrides, Policy, Profile};
 use crate::sandbox::{self, Backend, SandboxError};
