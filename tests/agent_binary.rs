@@ -34,6 +34,16 @@ fn recording_script(path: &Path, record: &Path) {
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o755)).expect("chmod");
 }
 
+/// A copy of chitti in a fresh directory, beside a `chitti-agent` that records its
+/// arguments; returns the copy and the record file.
+fn chitti_beside_recording_agent(tag: &str) -> (PathBuf, PathBuf) {
+    let dir = fresh_dir(tag);
+    let chitti = copy_chitti(&dir);
+    let record = dir.join("record");
+    recording_script(&dir.join("chitti-agent"), &record);
+    (chitti, record)
+}
+
 fn run(chitti: &Path, args: &[&str], path_env: &Path) -> Output {
     Command::new(chitti)
         .args(args)
@@ -73,10 +83,7 @@ fn without_chitti_agent_the_agent_commands_are_refused_and_say_how_to_get_it() {
 
 #[test]
 fn chitti_agent_is_taken_from_beside_the_real_file_with_the_same_arguments() {
-    let real = fresh_dir("real");
-    let chitti = copy_chitti(&real);
-    let record = real.join("record");
-    recording_script(&real.join("chitti-agent"), &record);
+    let (chitti, record) = chitti_beside_recording_agent("real");
     // A decoy beside a symbolic link to chitti, and another on PATH: neither may run.
     let elsewhere = fresh_dir("link");
     let decoy_record = elsewhere.join("decoy-ran");
@@ -106,10 +113,7 @@ fn chitti_agent_is_taken_from_beside_the_real_file_with_the_same_arguments() {
 
 #[test]
 fn the_sandbox_commands_do_not_start_chitti_agent() {
-    let dir = fresh_dir("core");
-    let chitti = copy_chitti(&dir);
-    let record = dir.join("record");
-    recording_script(&dir.join("chitti-agent"), &record);
+    let (chitti, record) = chitti_beside_recording_agent("core");
     for command in [
         &["sandbox", "profile"][..],
         &["doctor", "--json"],
