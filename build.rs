@@ -35,6 +35,12 @@ fn main() {
             Some(dir) => {
                 link_args.push("-fuse-ld=lld".to_string());
                 link_args.push(format!("-B{}", dir.display()));
+                // The ~4600 pointer fix-ups a position-independent chitti applies to
+                // itself at every start, as a 1 KiB bitmap (DT_RELR) instead of a 110 KiB
+                // table read page by page. Only here: the musl linked in is the
+                // toolchain's own (musl applies DT_RELR since 1.2.4), while a static glibc
+                // is the build machine's, and one older than 2.36 would start unrelocated.
+                link_args.push("-Wl,-z,pack-relative-relocs".to_string());
             }
             None => return,
         },
