@@ -98,11 +98,11 @@ pub fn run(args: ExecArgs) -> i32 {
                 .build()
                 .map_err(|e| SandboxError::Unavailable(format!("cannot start the runtime: {e}")))
         };
-        // On Linux the command starts first: the runtime is built while it starts up (on
-        // another CPU), and the supervisor is forked from a smaller process.
+        // On Linux the command starts first, and the runtime is built while it runs; the
+        // supervisor is forked from a smaller process.
         #[cfg(target_os = "linux")]
         let (started, runtime) = {
-            let started = match early {
+            let mut started = match early {
                 Some((early, fds)) => exec::start_early(
                     early,
                     sandbox::prepare_started_bwrap(&setup.policy, &args.command, &cwd, fds)?,
@@ -113,6 +113,7 @@ pub fn run(args: ExecArgs) -> i32 {
                     output,
                 )?,
             };
+            started.wait_until_running(Duration::from_secs(1));
             (started, runtime()?)
         };
         #[cfg(not(target_os = "linux"))]

@@ -164,6 +164,8 @@ enum Running {
         status: OwnedFd,
         /// Dropping it makes the supervisor kill the tree and exit.
         lifeline: Option<OwnedFd>,
+        /// At EOF once the command has exec'd or failed to (see [`Started::wait_until_running`]).
+        started: Option<OwnedFd>,
         /// The program, for naming it when its exec fails.
         program: String,
     },
@@ -189,6 +191,33 @@ pub struct Started {
     /// The process group to sweep after a normal exit (see `finish`).
     leader: Option<u32>,
     running: Running,
+}
+
+impl Started {
+    /// Blocks, for `limit` at most, until the command has been started. A fork often
+    /// lands on the forking process's CPU, where it waits until the parent blocks: a
+    /// one-shot call that went on to build its runtime (some 0.08 ms) kept the
+    /// supervisor and the command waiting that long (seen in scheduler traces). Waiting here instead lets the
+    /// command start at once and leaves the runtime to be built while it runs. Past
+    /// `limit` (an exec stuck on a slow filesystem) the call goes on as before: the
+    /// runtime's timeout and signals take over.
+    pub fn wait_until_running(&mut self, limit: Duration) {
+        #[cfg(target_os = "linux")]
+        if let Running::Supervised { started, .. } = &mut self.running {
+            if let Some(fd) = started.take() {
+                let mut poll = libc::pollfd {
+                    fd: fd.as_raw_fd(),
+                    events: libc::POLLIN,
+                    revents: 0,
+                };
+                let ms = limit.as_millis().min(i32::MAX as u128) as i32;
+                // EINTR or a timeout: go on all the same.
+                unsafe { libc::poll(&mut poll, 1, ms) };
+            }
+        }
+        #[cfg(not(target_os = "linux"))]
+        let _ = limit;
+    }
 }
 
 /// What a call keeps of its [`Prepared`] besides the launch, until it is over.
@@ -328,6 +357,7 @@ pub fn start(prepared: Prepared, input: Input, output: Output) -> Result<Started
                 pidfd: sup.pidfd,
                 status: sup.status,
                 lifeline: Some(sup.lifeline),
+                started: Some(sup.started),
                 program,
             }
         }
@@ -762,4 +792,50 @@ async fn read_all(
     }
     let _ = out.flush().await;
     (kept.finish(), first)
+}
+
+#[cfg(all(test, target_os = "linux"))]
+mod tests {
+    use super::*;
+    use crate::sandbox::Capabilities;
+    use crate::tools::testing::Fixture;
+
+    /// The wait ends when the command runs its program, not when the command ends: the
+    /// supervisor's child is already `sleep` (it has exec'd) when the wait returns.
+    #[test]
+    fn wait_until_running_returns_once_the_command_has_execd() {
+        if let Some(why) = Capabilities::get().landlock_blocker() {
+            eprintln!("SKIP: {why}");
+            return;
+        }
+        let fx = Fixture::new();
+        let command: Vec<std::ffi::OsString> = vec!["sleep".into(), "30".into()];
+        let prepared =
+            crate::sandbox::prepare(Backend::Landlock, &fx.policy, &command, &fx.ws).unwrap();
+        let mut started = start(prepared, Input::Null, Output::Capture { max_bytes: 64 }).unwrap();
+        let waited = Instant::now();
+        started.wait_until_running(Duration::from_secs(20));
+        assert!(
+            waited.elapsed() < Duration::from_secs(10),
+            "waited {:?}: until the command ended?",
+            waited.elapsed()
+        );
+        let Running::Supervised { pid, .. } = &started.running else {
+            panic!("a landlock call runs under a supervisor");
+        };
+        let children = std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children"))
+            .expect("the supervisor is alive");
+        let command_pid = children
+            .split_whitespace()
+            .next()
+            .unwrap_or_else(|| panic!("the supervisor has no child yet: {children:?}"));
+        let exe = std::fs::read_link(format!("/proc/{command_pid}/exe")).unwrap();
+        assert_eq!(
+            exe.file_name().and_then(|n| n.to_str()),
+            Some("sleep"),
+            "the command runs {}",
+            exe.display()
+        );
+        // Dropping the call makes the supervisor kill the command.
+    }
 }

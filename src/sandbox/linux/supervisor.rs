@@ -104,6 +104,8 @@ pub struct Supervised {
     pub lifeline: OwnedFd,
     /// One JSON [`Report`] line, then EOF.
     pub status: OwnedFd,
+    /// At EOF once the command has been started (it has exec'd, or failed to).
+    pub started: OwnedFd,
 }
 
 /// The command's stdio: `None` keeps chitti's own descriptor.
@@ -127,6 +129,7 @@ fn last_error() -> i32 {
 pub fn spawn(mut spec: LaunchSpec, stdio: ChildStdio) -> std::io::Result<Supervised> {
     let (lifeline_read, lifeline_write) = pipe()?;
     let (status_read, status_write) = pipe()?;
+    let (started_read, started_write) = pipe()?;
     // Raw pointers for execve, built before fork.
     let execve = spec.image.execve();
     // The supervisor allocates (its report, the repairs).
@@ -144,6 +147,7 @@ pub fn spawn(mut spec: LaunchSpec, stdio: ChildStdio) -> std::io::Result<Supervi
             stderr: stdio.stderr.as_ref().map(|f| f.as_raw_fd()),
             lifeline: lifeline_read.as_raw_fd(),
             status: status_write.as_raw_fd(),
+            started: started_write.as_raw_fd(),
             landlock: spec.restrictions.as_ref().map(|r| r.landlock.as_raw_fd()),
         };
         let after = std::mem::take(&mut spec.after);
@@ -152,6 +156,7 @@ pub fn spawn(mut spec: LaunchSpec, stdio: ChildStdio) -> std::io::Result<Supervi
     }
     drop(lifeline_read);
     drop(status_write);
+    drop(started_write);
     drop(stdio);
     let pidfd = match open_pidfd(pid) {
         Ok(fd) => fd,
@@ -168,6 +173,7 @@ pub fn spawn(mut spec: LaunchSpec, stdio: ChildStdio) -> std::io::Result<Supervi
         pidfd,
         lifeline: lifeline_write,
         status: status_read,
+        started: started_read,
     })
 }
 
@@ -180,6 +186,7 @@ struct Keep {
     stderr: Option<RawFd>,
     lifeline: RawFd,
     status: RawFd,
+    started: RawFd,
     landlock: Option<RawFd>,
 }
 
@@ -188,6 +195,7 @@ struct Keep {
 struct Fds {
     lifeline: RawFd,
     status: RawFd,
+    started: RawFd,
     landlock: Option<RawFd>,
 }
 
@@ -237,9 +245,10 @@ unsafe fn supervisor_main(
     let fds = Fds {
         lifeline: keep.lifeline,
         status: keep.status,
+        started: keep.started,
         landlock: keep.landlock,
     };
-    let mut kept = vec![fds.lifeline, fds.status];
+    let mut kept = vec![fds.lifeline, fds.status, fds.started];
     kept.extend(fds.landlock);
     for after in &aftermath.after {
         kept.extend(after.fds());
@@ -291,6 +300,8 @@ unsafe fn supervisor_main(
         ),
     };
     drop(step_write);
+    // The command has exec'd or given up: chitti may go on (see `Supervised::started`).
+    libc::close(fds.started);
 
     // The step pipe closes on a successful exec (CLOEXEC); a failure writes to it first.
     let mut buf = [0u8; 128];
@@ -333,6 +344,7 @@ unsafe fn command_main(spec: &LaunchSpec, execve: &Execve, step: RawFd, fds: Fds
     // The command must not hold chitti's pipes (they are close-on-exec too).
     libc::close(fds.lifeline);
     libc::close(fds.status);
+    libc::close(fds.started);
 
     // A new session: no controlling terminal, so no TIOCSTI into the user's shell.
     if libc::setsid() < 0 {
