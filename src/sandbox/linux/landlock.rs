@@ -2,7 +2,6 @@
 
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 use landlock::{
     make_bitflags, Access, AccessFs, BitFlags, CompatLevel, Compatible, Ruleset, RulesetAttr,
@@ -41,72 +40,6 @@ fn device_rw_access() -> BitFlags<AccessFs> {
 /// between fork and exec (`landlock_restrict_self` on the ruleset's descriptor).
 pub fn build(rules: &[Rule]) -> Result<OwnedFd, LandlockError> {
     build_noting(rules, None)
-}
-
-/// From how many rules [`build_alongside`] takes a second thread. Measured in interleaved
-/// pairs: with the ~190 rules of a call run as root the thread saves 0.1 ms; with the ~40
-/// of a user's call it costs 0.1 ms (its start, and a fork afterwards of a process that
-/// has run on two CPUs).
-const RULES_FOR_A_HELPER: usize = 100;
-
-/// [`build`], and `side` (the caller's work that does not need the ruleset). With many
-/// rules a second thread runs `side` and then adds rules alongside this one: a call run as
-/// root has some 190 (every entry of /etc beside the hidden ones), each an `openat2`, a
-/// `landlock_add_rule` and a `close`. The kernel takes both threads' rules (it locks the
-/// ruleset per rule), and the order of rules does not matter to Landlock.
-pub fn build_alongside<T: Send>(
-    rules: &[Rule],
-    side: impl FnOnce() -> T + Send,
-) -> (Result<OwnedFd, LandlockError>, T) {
-    if rules.len() < RULES_FOR_A_HELPER {
-        let done = side();
-        return (build(rules), done);
-    }
-    let ruleset = match create() {
-        Ok(fd) => fd,
-        Err(e) => return (Err(e), side()),
-    };
-    let next = AtomicUsize::new(0);
-    let failed = AtomicBool::new(false);
-    let add_some = || -> Result<(), LandlockError> {
-        while !failed.load(Ordering::Relaxed) {
-            let Some(rule) = rules.get(next.fetch_add(1, Ordering::Relaxed)) else {
-                break;
-            };
-            if let Err(e) = add_rule(ruleset.as_fd(), rule, false) {
-                failed.store(true, Ordering::Relaxed);
-                return Err(e);
-            }
-        }
-        Ok(())
-    };
-    // Taken by whichever thread runs it (the helper, or this one if there is no helper).
-    let side = std::sync::Mutex::new(Some(side));
-    let run_side = || {
-        let side = side.lock().ok().and_then(|mut s| s.take());
-        side.expect("the side work runs once")()
-    };
-    let (mine, theirs, side_result) = std::thread::scope(|scope| {
-        let helper = std::thread::Builder::new()
-            .name("chitti-landlock".into())
-            .stack_size(256 * 1024)
-            .spawn_scoped(scope, || {
-                let done = run_side();
-                (add_some(), done)
-            });
-        match helper {
-            Ok(helper) => {
-                let mine = add_some();
-                let (theirs, done) = helper
-                    .join()
-                    .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
-                (mine, theirs, done)
-            }
-            // No thread to be had: all of it here, in turn.
-            Err(_) => (add_some(), Ok(()), run_side()),
-        }
-    });
-    (mine.and(theirs).map(|()| ruleset), side_result)
 }
 
 /// Grants full access to `path` (a writable root) in the ruleset `ruleset`.
@@ -562,19 +495,18 @@ mod tests {
         rules
     }
 
-    /// With enough rules for a second thread, every rule still lands in the one ruleset
-    /// (all granted files readable, the one left out not), the side work's result comes
-    /// back, and a failing rule fails the build. Decided by what reaches the writable
-    /// directory.
+    /// A hundred rules (a call as root has some 190) all land in the ruleset: every
+    /// granted file is readable, the one left out is not, and a failing rule fails the
+    /// build. Decided by what reaches the writable directory.
     #[test]
-    fn a_ruleset_built_by_two_threads_has_every_rule_and_only_those() {
+    fn a_ruleset_has_every_rule_and_only_those() {
         let Some((_dir, root)) = dir_where_landlock_works() else {
             return;
         };
         let gone = root.join("gone");
         std::fs::create_dir(root.join("out")).unwrap();
         std::fs::write(root.join("secret"), "hidden\n").unwrap();
-        let names: Vec<String> = (0..RULES_FOR_A_HELPER).map(|i| format!("f{i}")).collect();
+        let names: Vec<String> = (0..100).map(|i| format!("f{i}")).collect();
         for name in &names {
             std::fs::write(root.join(name), format!("{name}\n")).unwrap();
         }
@@ -584,12 +516,9 @@ mod tests {
             .collect();
         more.push(("out", Grant::Write));
         let rules = rules_for_sh(&root, &more);
-        assert!(rules.len() >= RULES_FOR_A_HELPER);
 
-        let (built, side) = build_alongside(&rules, || 42);
-        assert_eq!(side, 42);
         let status = run_under(
-            &built.unwrap(),
+            &build(&rules).unwrap(),
             &root,
             "LC_ALL=C; cat f* > out/all; cat secret > out/secret",
         );
@@ -605,8 +534,7 @@ mod tests {
 
         let mut failing = rules.clone();
         failing.push(rule(&gone, Grant::Write));
-        let (built, _) = build_alongside(&failing, || ());
-        let message = built.err().unwrap().to_string();
+        let message = build(&failing).err().unwrap().to_string();
         assert!(message.contains("gone"), "{message}");
     }
 

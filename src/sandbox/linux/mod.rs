@@ -176,36 +176,31 @@ fn prepare_supervised(
             deny_read: &policy.deny_read,
             terminals: &stdio_terminals(),
         });
-        // What the command needs besides the ruleset, none of it depending on it.
-        let side = || -> Result<_, SandboxError> {
-            let tmp = if policy.private_tmp {
-                Some(private_dir("chitti-tmp-")?)
-            } else {
-                None
-            };
-            let seccomp = seccomp::program(policy.network, true)
-                .map_err(|e| SandboxError::Unavailable(e.to_string()))?;
-            Ok((tmp, seccomp, caps::last_cap()))
+        // What the command needs besides the ruleset.
+        let tmp = if policy.private_tmp {
+            Some(private_dir("chitti-tmp-")?)
+        } else {
+            None
         };
-        let (ruleset, (tmp, seccomp, last_cap)) = match session {
+        let seccomp = seccomp::program(policy.network, true)
+            .map_err(|e| SandboxError::Unavailable(e.to_string()))?;
+        let last_cap = caps::last_cap();
+        let ruleset = match session {
             Some(session) => {
-                let side = side()?;
-                let tmp = side.0.as_ref().map(|(_, path)| path.as_path());
+                let tmp = tmp.as_ref().map(|(_, path)| path.as_path());
                 let (fd, lease) = session
                     .landlock
                     .ruleset_for(&rules, tmp)
                     .map_err(unavailable)?;
                 held.push(Box::new(lease));
-                (fd, side)
+                fd
             }
             None => {
-                let (built, side) = landlock::build_alongside(&rules, side);
-                let side = side?;
-                let fd = built.map_err(unavailable)?;
-                if let Some((_, path)) = &side.0 {
+                let fd = landlock::build(&rules).map_err(unavailable)?;
+                if let Some((_, path)) = &tmp {
                     landlock::grant_writable(fd.as_fd(), path).map_err(unavailable)?;
                 }
-                (fd, side)
+                fd
             }
         };
         if let Some((dir, path)) = tmp {
