@@ -11,9 +11,11 @@ use std::path::Path;
 /// Removes `dir` and everything beneath it.
 pub fn remove_tree(dir: &Path) -> Result<(), String> {
     // Most commands leave their TMPDIR empty: one rmdir, where remove_dir_all opens and
-    // lists the directory first.
-    if std::fs::remove_dir(dir).is_ok() {
-        return Ok(());
+    // lists the directory first. Already gone (the supervisor removed it): done.
+    match std::fs::remove_dir(dir) {
+        Ok(()) => return Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(_) => {}
     }
     if std::fs::remove_dir_all(dir).is_ok() || std::fs::symlink_metadata(dir).is_err() {
         return Ok(());
@@ -57,6 +59,8 @@ mod tests {
         let base_mode = std::fs::metadata(base.path()).unwrap().permissions().mode();
         remove_tree(&dir).unwrap();
         assert!(std::fs::symlink_metadata(&dir).is_err());
+        // Removing it again is no error: the supervisor and chitti both clean up.
+        remove_tree(&dir).unwrap();
         // The symlink's target was not chmodded.
         let after = std::fs::metadata(base.path()).unwrap().permissions().mode();
         assert_eq!(after, base_mode);

@@ -431,6 +431,13 @@ unsafe fn wait_or_lifeline(child: libc::pid_t, lifeline: RawFd) -> Report {
 /// subreaper), so repeating "kill every child, reap" until none remain reaches the whole
 /// tree, including `setsid`/double-forked daemons.
 unsafe fn kill_descendants() {
+    // Usually nothing is left at all, which needs no listing: once every child is reaped,
+    // no descendant remains (an orphan is reparented here before its parent can be).
+    if libc::waitpid(-1, std::ptr::null_mut(), libc::WNOHANG | libc::__WALL) < 0
+        && last_error() == libc::ECHILD
+    {
+        return;
+    }
     let mut path = *b"/proc/self/task/0000000000/children\0";
     let tid = libc::getpid();
     write_children_path(&mut path, tid);
