@@ -127,13 +127,15 @@ pub fn run(args: ExecArgs) -> i32 {
             };
             (runtime, started)
         };
-        runtime
-            .block_on(exec::finish(
-                started,
-                setup.policy.timeout,
-                termination_signal(),
-            ))
-            .map(|outcome| (outcome, setup.policy.profile))
+        let outcome = runtime.block_on(exec::finish(
+            started,
+            setup.policy.timeout,
+            termination_signal(),
+        ));
+        // chitti exits right after: tearing the runtime down (its drivers, the signal
+        // pipe) is left to the kernel.
+        std::mem::forget(runtime);
+        outcome.map(|outcome| (outcome, setup.policy.profile))
     });
     match result {
         Ok((outcome, profile)) => {
