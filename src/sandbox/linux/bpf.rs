@@ -146,31 +146,52 @@ impl Asm {
 
     /// With the syscall number in the accumulator: jumps to the label paired with it in
     /// `table` (sorted by number, without duplicates), to `other` if it is not there, by
-    /// binary search.
+    /// binary search. Neighbouring numbers with the same label are one range (`mount`
+    /// through `reboot`, the nine io_uring and mount-API calls), so the search compares
+    /// only where answers change: one `jge` per change, each jumping straight to its
+    /// answer, and no instruction per number.
     pub fn dispatch(&mut self, table: &[(u32, Label)], other: Label) {
-        const LEAF: usize = 3;
-        if table.len() <= LEAF {
-            for (i, &(nr, target)) in table.iter().enumerate() {
-                if i + 1 == table.len() {
-                    self.jump(JEQ_K, nr, target, other);
-                } else {
-                    let next = self.label();
-                    self.jump(JEQ_K, nr, target, next);
-                    self.bind(next);
-                }
+        // Where each answer begins, from 0 up, covering every number.
+        let mut starts: Vec<(u32, Label)> = Vec::new();
+        let begin = |starts: &mut Vec<(u32, Label)>, at: u32, label: Label| {
+            if starts.last().map(|&(_, l)| l) != Some(label) {
+                starts.push((at, label));
             }
-            if table.is_empty() {
-                self.goto(other);
+        };
+        // Every number below `end` has its answer (`None`: every number does).
+        let mut end = Some(0u32);
+        for &(nr, label) in table {
+            if let Some(end) = end.filter(|end| nr > *end) {
+                begin(&mut starts, end, other);
             }
-            return;
+            begin(&mut starts, nr, label);
+            end = nr.checked_add(1);
         }
-        let mid = table.len() / 2;
-        let (low, high) = (self.label(), self.label());
-        self.jump(JGE_K, table[mid].0, high, low);
-        self.bind(low);
-        self.dispatch(&table[..mid], other);
-        self.bind(high);
-        self.dispatch(&table[mid..], other);
+        if let Some(end) = end {
+            begin(&mut starts, end, other);
+        }
+        if starts.len() == 1 {
+            self.goto(starts[0].1);
+        } else {
+            self.search(&starts);
+        }
+    }
+
+    /// The search over `starts` (at least two), from here.
+    fn search(&mut self, starts: &[(u32, Label)]) {
+        let (low, high) = starts.split_at(starts.len() / 2);
+        let mut entry = |part: &[(u32, Label)]| match part {
+            [(_, only)] => *only,
+            _ => self.label(),
+        };
+        let (to_low, to_high) = (entry(low), entry(high));
+        self.jump(JGE_K, high[0].0, to_high, to_low);
+        for (part, label) in [(low, to_low), (high, to_high)] {
+            if part.len() > 1 {
+                self.bind(label);
+                self.search(part);
+            }
+        }
     }
 }
 
@@ -248,6 +269,39 @@ mod tests {
                 assert!(steps <= depth + 5, "{steps} steps for {len} numbers");
             }
         }
+    }
+
+    /// Runs of neighbouring numbers with one answer, numbers at both ends of the range,
+    /// and runs that touch: each number still finds its own answer.
+    #[test]
+    fn dispatch_answers_ranges_and_the_ends_of_the_number_space() {
+        let mut asm = Asm::default();
+        let other = asm.label();
+        let [a, b] = [asm.label(), asm.label()];
+        let table: Vec<(u32, Label)> = [0, 1, 2, 5, 6, 7, 8, 9, 10, 11, 20, u32::MAX - 1, u32::MAX]
+            .into_iter()
+            .zip([a, a, b, a, a, a, b, b, a, a, b, b, a])
+            .collect();
+        asm.load(OFFSET_NR);
+        asm.dispatch(&table, other);
+        asm.bind(other);
+        asm.ret(0);
+        asm.bind(a);
+        asm.ret(1);
+        asm.bind(b);
+        asm.ret(2);
+        let program = asm.finish().unwrap();
+        let answer = |nr: u32| match table.iter().find(|(n, _)| *n == nr) {
+            Some((_, l)) if *l == a => 1,
+            Some(_) => 2,
+            None => 0,
+        };
+        for nr in (0..40).chain([u32::MAX - 2, u32::MAX - 1, u32::MAX]) {
+            assert_eq!(run(&program, &data(0, nr)).0, answer(nr), "nr {nr}");
+        }
+        // One comparison per change of answer, none per number.
+        let changes = 10;
+        assert_eq!(program.len(), 1 + changes + 3, "{program:?}");
     }
 
     #[test]

@@ -404,6 +404,12 @@ fn filter(network: bool, shares_host: bool) -> Result<BpfProgram, SeccompError> 
         })
         .collect();
     asm.dispatch(&table, allow);
+    // The argument checks come before the returns they end in (jumps only go forward),
+    // so that every block shares the four returns instead of ending in its own.
+    for (list, label) in blocks {
+        asm.bind(label);
+        emit_rules(&mut asm, list, allow, eperm);
+    }
     asm.bind(allow);
     asm.ret(libc::SECCOMP_RET_ALLOW);
     asm.bind(eperm);
@@ -412,20 +418,28 @@ fn filter(network: bool, shares_host: bool) -> Result<BpfProgram, SeccompError> 
     asm.ret(RET_ENOSYS);
     asm.bind(kill);
     asm.ret(libc::SECCOMP_RET_KILL_PROCESS);
-    for (list, label) in blocks {
-        asm.bind(label);
-        emit_rules(&mut asm, list);
-    }
     asm.finish().map_err(SeccompError)
 }
 
-/// Checks the rules in turn: EPERM as soon as every check of one holds, else allow.
-/// (Jumps only go forward, so each block ends in its own returns.)
-fn emit_rules(asm: &mut Asm, rules: &[Rule]) {
-    for rule in rules {
-        let next_rule = asm.label();
-        for check in rule {
-            let holds = asm.label();
+/// Checks the rules in turn: to `eperm` as soon as every check of one holds, else on to
+/// the next rule, and to `allow` after the last.
+fn emit_rules(asm: &mut Asm, rules: &[Rule], allow: Label, eperm: Label) {
+    for (i, rule) in rules.iter().enumerate() {
+        let next_rule = if i + 1 == rules.len() {
+            allow
+        } else {
+            asm.label()
+        };
+        if rule.is_empty() {
+            // No check: the rule always holds.
+            asm.goto(eperm);
+        }
+        for (j, check) in rule.iter().enumerate() {
+            let holds = if j + 1 == rule.len() {
+                eperm
+            } else {
+                asm.label()
+            };
             asm.load(offset_arg_low(check.arg));
             match check.test {
                 Test::Eq(v) => asm.jump(JEQ_K, v, holds, next_rule),
@@ -436,12 +450,17 @@ fn emit_rules(asm: &mut Asm, rules: &[Rule]) {
                     asm.jump(JEQ_K, value, holds, next_rule);
                 }
             }
-            asm.bind(holds);
+            if holds != eperm {
+                asm.bind(holds);
+            }
         }
-        asm.ret(RET_EPERM);
-        asm.bind(next_rule);
+        if next_rule != allow {
+            asm.bind(next_rule);
+        }
     }
-    asm.ret(libc::SECCOMP_RET_ALLOW);
+    if rules.is_empty() {
+        asm.goto(allow);
+    }
 }
 
 fn setting_index(network: bool, shares_host: bool) -> usize {
