@@ -302,6 +302,12 @@ unsafe fn supervisor_main(
     drop(step_write);
     // The command has exec'd or given up: chitti may go on (see `Supervised::started`).
     libc::close(fds.started);
+    // The command holds its Landlock domain now; this was the ruleset's last descriptor
+    // (chitti's went with the fork). Freeing it (some 190 rules as root) happens here,
+    // while the command runs, instead of in this process's exit, which chitti waits for.
+    if let Some(ruleset) = fds.landlock {
+        libc::close(ruleset);
+    }
 
     // The step pipe closes on a successful exec (CLOEXEC); a failure writes to it first.
     let mut buf = [0u8; 128];
