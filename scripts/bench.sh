@@ -172,11 +172,14 @@ if [ -n "${BENCH_USER:-}" ] && [[ " ${backends[*]} " == *" landlock "* ]]; then
     medians "$user_dir/out.json".* > "$user_dir/out.json"
     echo
     echo "== the same as user $BENCH_USER (hyperfine, $runs runs in $rounds rounds, medians)"
-    python3 - "$user_dir/out.json" <<'PY'
+    python3 - "$user_dir/out.json" "$BENCH_USER" <<'PY'
 import json, sys
 med = json.load(open(sys.argv[1]))
 for name, m in med.items():
     print(f"{name:<16} {m:6.2f} ms  {m / med['bare']:5.2f}x bare")
+ratio = med["chitti-landlock"] / med["bare"]
+verdict = "OK" if ratio <= 2.5 else "MISSED"
+print(f"\nlandlock / bare as {sys.argv[2]}  {ratio:.2f}x  (target <= 2.5x)  {verdict}")
 PY
 fi
 
