@@ -197,9 +197,9 @@ impl Started {
     /// Blocks, for `limit` at most, until the command has been started. A fork often
     /// lands on the forking process's CPU, where it waits until the parent blocks: a
     /// one-shot call that went on to build its runtime (some 0.08 ms) kept the
-    /// supervisor and the command waiting that long (seen in scheduler traces). Waiting here instead lets the
-    /// command start at once and leaves the runtime to be built while it runs. Past
-    /// `limit` (an exec stuck on a slow filesystem) the call goes on as before: the
+    /// supervisor and the command waiting that long (seen in scheduler traces). Waiting
+    /// here lets the command start at once, and the runtime is built while it runs.
+    /// Past `limit` (an exec stuck on a slow filesystem) the call goes on as before: the
     /// runtime's timeout and signals take over.
     pub fn wait_until_running(&mut self, limit: Duration) {
         #[cfg(target_os = "linux")]

@@ -302,9 +302,10 @@ unsafe fn supervisor_main(
     drop(step_write);
     // The command has exec'd or given up: chitti may go on (see `Supervised::started`).
     libc::close(fds.started);
-    // The command holds its Landlock domain now; this was the ruleset's last descriptor
-    // (chitti's went with the fork). Freeing it (some 190 rules as root) happens here,
-    // while the command runs, instead of in this process's exit, which chitti waits for.
+    // The command holds its Landlock domain now, and this copy of the ruleset is of no
+    // use. Closed here, while the command runs, freeing the ruleset (some 190 rules as
+    // root) does not fall in this process's exit, which chitti waits for. (chitti closes
+    // its own copy right after the fork; a session keeps one for its next call.)
     if let Some(ruleset) = fds.landlock {
         libc::close(ruleset);
     }
