@@ -224,7 +224,7 @@ impl Policy {
             // A writable root inside a credential location, or containing one, would make
             // it readable (and writable) on backends that cannot mask beneath a grant.
             for root in &writable {
-                if resolved.starts_with(root) || root.starts_with(&resolved) {
+                if lies_within(&resolved, root) || lies_within(root, &resolved) {
                     if index >= from_profile {
                         return Err(PolicyError::Profile(format!(
                             "profile `{}`: filesystem.deny_read entry {} lies in (or holds) \
@@ -374,6 +374,29 @@ pub fn canonical_or_lexical(path: &Path) -> PathBuf {
     path.to_path_buf()
 }
 
+/// `path.starts_with(dir)`, comparing bytes when both are plain absolute paths (no `//`,
+/// no `.` component, no trailing `/`), which they nearly always are here: `Path` parses
+/// both into components, and a call compares some 70 pairs (about 0.03 ms in all).
+fn lies_within(path: &Path, dir: &Path) -> bool {
+    use std::os::unix::ffi::OsStrExt;
+    let plain = |b: &[u8]| {
+        b == b"/"
+            || (b.starts_with(b"/")
+                && !b.ends_with(b"/")
+                && !b.ends_with(b"/.")
+                && !b.windows(2).any(|w| w == b"//")
+                && !b.windows(3).any(|w| w == b"/./"))
+    };
+    let (p, d) = (path.as_os_str().as_bytes(), dir.as_os_str().as_bytes());
+    if !(plain(p) && plain(d)) {
+        return path.starts_with(dir);
+    }
+    match p.strip_prefix(d) {
+        Some(rest) => rest.is_empty() || rest[0] == b'/' || d == b"/",
+        None => false,
+    }
+}
+
 fn push_unique(list: &mut Vec<PathBuf>, path: PathBuf) {
     if !list.contains(&path) {
         list.push(path);
@@ -390,6 +413,40 @@ mod tests {
             config: home.join(".config/chitti"),
             state: home.join(".local/state/chitti"),
             user_home: None,
+        }
+    }
+
+    #[test]
+    fn lies_within_answers_like_path_starts_with() {
+        let paths = [
+            "/",
+            "/a",
+            "/a/",
+            "/a/b",
+            "/a/b/",
+            "/a/bc",
+            "/a//b",
+            "/a/./b",
+            "/a/.",
+            "/a/b/..",
+            "/a/../a/b",
+            "//a",
+            "/ab",
+            "a",
+            "a/b",
+            "",
+            "/a/b/c",
+            "/a/b/./",
+            "/a/b//",
+        ];
+        for p in paths {
+            for d in paths {
+                assert_eq!(
+                    lies_within(Path::new(p), Path::new(d)),
+                    Path::new(p).starts_with(d),
+                    "{p:?} within {d:?}"
+                );
+            }
         }
     }
 
