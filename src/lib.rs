@@ -13,6 +13,8 @@ pub mod canonical;
 pub mod cli;
 pub mod config;
 pub mod exec;
+#[cfg(test)]
+mod golden;
 pub mod mcp;
 pub mod name_service;
 pub mod policy;

@@ -386,17 +386,12 @@ mod tests {
         for ((name, toml_text), json) in BUILTIN.iter().zip(BUILTIN_JSON) {
             let value: serde_json::Value = toml::from_str(toml_text).unwrap();
             let expected = serde_json::to_string_pretty(&value).unwrap() + "\n";
-            if json == expected {
-                continue;
-            }
-            let golden = format!("src/policy/golden/{name}.json");
-            if std::env::var_os("CHITTI_UPDATE_GOLDEN").is_some() {
-                std::fs::write(&golden, &expected).unwrap();
-                continue;
-            }
-            panic!(
-                "{golden} is not profiles/{name}.toml as JSON; rewrite it with \
-                 `CHITTI_UPDATE_GOLDEN=1 cargo test builtin_profiles_json` and rebuild"
+            crate::golden::check(
+                &format!("src/policy/golden/{name}.json"),
+                json.as_bytes(),
+                expected.as_bytes(),
+                &format!("profiles/{name}.toml as JSON"),
+                "builtin_profiles_json",
             );
         }
     }

@@ -569,19 +569,12 @@ mod tests {
     fn precompiled_programs_are_what_filter_builds() {
         for (network, shares_host) in SETTINGS {
             let index = setting_index(network, shares_host);
-            let built = to_bytes(&filter(network, shares_host).unwrap());
-            if built == PRECOMPILED[index] {
-                continue;
-            }
-            let golden = format!("src/sandbox/golden/seccomp-x86_64-{index}.bpf");
-            if std::env::var_os("CHITTI_UPDATE_GOLDEN").is_some() {
-                std::fs::write(&golden, &built).unwrap();
-                continue;
-            }
-            panic!(
-                "{golden} is not the program filter({network}, {shares_host}) builds; \
-                 rewrite it with `CHITTI_UPDATE_GOLDEN=1 cargo test precompiled_programs` \
-                 and rebuild"
+            crate::golden::check(
+                &format!("src/sandbox/golden/seccomp-x86_64-{index}.bpf"),
+                PRECOMPILED[index],
+                &to_bytes(&filter(network, shares_host).unwrap()),
+                &format!("the program filter({network}, {shares_host}) builds"),
+                "precompiled_programs",
             );
         }
         // And they read back as the instructions they were written from.
