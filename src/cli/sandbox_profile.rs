@@ -118,9 +118,14 @@ fn render(
             if policy.private_tmp {
                 writable.push(tmp);
             }
+            let masks = landlock_masks(&policy.deny_read)?;
             let rules = landlock_rules::plan(&landlock_rules::Spec {
                 writable: &writable,
-                deny_read: &policy.deny_read,
+                deny_read: if masks.is_some() {
+                    &[]
+                } else {
+                    &policy.deny_read
+                },
                 terminals: &[],
             });
             out.push_str(&format!(
@@ -128,6 +133,13 @@ fn render(
                 rules.len(),
                 landlock_rules::describe(&rules)
             ));
+            if let Some(masks) = masks {
+                out.push_str(&format!(
+                    "  hidden by mounts in the command's private mount namespace (chitti runs \
+                     as root):\n{}",
+                    masks
+                ));
+            }
             out.push_str(&format!(
                 "  seccomp: {}\n  also: setsid, capabilities dropped, no_new_privs; {}\n  \
                  protected paths: snapshot before the call, restored after it\n",
@@ -190,6 +202,20 @@ fn describe_policy(p: &Policy, description: &str) -> String {
         env.join(" "),
         p.timeout.as_secs(),
     )
+}
+
+/// How the mounts a Landlock call would hide `deny_read` with read (as root, where
+/// `prepare` makes them), or `None` when the rules go around `deny_read` instead.
+#[cfg(target_os = "linux")]
+fn landlock_masks(deny_read: &[std::path::PathBuf]) -> Result<Option<String>, String> {
+    let masks = crate::sandbox::linux::masks::for_policy(deny_read)?;
+    Ok(masks.map(|m| m.describe()))
+}
+
+/// Off Linux the Landlock plan is shown as Linux would make it for a user.
+#[cfg(not(target_os = "linux"))]
+fn landlock_masks(_deny_read: &[std::path::PathBuf]) -> Result<Option<String>, String> {
+    Ok(None)
 }
 
 #[cfg(target_os = "linux")]

@@ -63,6 +63,13 @@ fn check(ret: libc::c_int) -> io::Result<()> {
     }
 }
 
+/// Whether capability number `cap` is in the calling process's effective set (no when
+/// the kernel does not say).
+pub fn effective(cap: u32) -> bool {
+    let word = (cap / 32) as usize;
+    capget().is_ok_and(|data| word < data.len() && data[word].effective & (1 << (cap % 32)) != 0)
+}
+
 fn has_setpcap() -> io::Result<bool> {
     let data = capget()?;
     Ok(data[0].effective & (1 << CAP_SETPCAP) != 0)

@@ -6,6 +6,7 @@ pub mod caps;
 pub mod direct;
 pub mod early_bwrap;
 pub mod landlock;
+pub mod masks;
 pub mod seccomp;
 pub mod supervisor;
 pub mod vfork;
@@ -171,9 +172,15 @@ fn prepare_supervised(
         let unavailable = |e: landlock::LandlockError| SandboxError::Unavailable(e.to_string());
         // The private TMPDIR, new for every call, is granted on its own: in a session the
         // rest of the plan can then be the same from one call to the next.
+        // As root, mounts hide what Landlock would otherwise have to go around.
+        let masks = masks::for_policy(&policy.deny_read).map_err(SandboxError::Unavailable)?;
         let rules = landlock_rules::plan(&landlock_rules::Spec {
             writable: &policy.writable,
-            deny_read: &policy.deny_read,
+            deny_read: if masks.is_some() {
+                &[]
+            } else {
+                &policy.deny_read
+            },
             terminals: &stdio_terminals(),
         });
         // What the command needs besides the ruleset.
@@ -211,6 +218,7 @@ fn prepare_supervised(
             landlock: ruleset,
             seccomp,
             last_cap,
+            masks,
         })
     } else {
         None

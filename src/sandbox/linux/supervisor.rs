@@ -53,6 +53,8 @@ pub struct Restrictions {
     pub landlock: OwnedFd,
     pub seccomp: &'static seccompiler::BpfProgram,
     pub last_cap: u32,
+    /// Mounts hiding the unreadable paths, made before the capabilities go (root only).
+    pub masks: Option<super::masks::Masks>,
 }
 
 /// Everything needed to run one command, prepared before any fork.
@@ -364,6 +366,11 @@ unsafe fn command_main(spec: &LaunchSpec, execve: &Execve, step: RawFd, fds: Fds
         fail(b"chdir", last_error());
     }
     if let Some(r) = &spec.restrictions {
+        if let Some(masks) = &r.masks {
+            if let Err((step, errno)) = masks.apply() {
+                fail(step, errno);
+            }
+        }
         if let Err(e) = caps::drop_all(r.last_cap) {
             fail(
                 b"dropping capabilities",
