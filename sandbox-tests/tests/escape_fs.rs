@@ -1101,6 +1101,58 @@ fn escape_read_credentials_via_proc_pid_root(backend: &str) {
     );
 }
 
+/// Undoing the mounts that hide credentials from a sandbox started by root (Landlock
+/// backend: a private mount namespace, /dev/null over files, an empty tmpfs over
+/// directories), or going around them: unmount, lazy unmount, remount, a new mount
+/// namespace, a bind mount of /, and /proc/<pid>/root of the parent (on Landlock the
+/// supervisor, outside the namespace). For other users and on bwrap the attempts must
+/// fail all the same. Judged from the host too: no mount of the sandbox's may show in the
+/// host's mount table, and the decoys must still be there, unchanged.
+#[backends]
+fn escape_unmask_hidden_credentials(backend: &str) {
+    let fx = Fixture::new();
+    let decoys = fx.decoys();
+    let key = decoys.path(".ssh/id_rsa");
+    let ssh = key.parent().unwrap().to_path_buf();
+    let netrc = decoys.path(".netrc");
+    let before = std::fs::read(&key).unwrap();
+    let (k, d, n) = (sh_quote(&key), sh_quote(&ssh), sh_quote(&netrc));
+    let mut script = String::new();
+    for target in [&k, &d, &n] {
+        script += &format!(
+            "umount {target}; umount -l {target}; mount -o remount,rw {target}; \
+             mount --bind / {target}; "
+        );
+    }
+    script += &format!(
+        "cat {k} {n}; ls -a {d}; \
+         unshare -m sh -c {inner}; unshare -rm sh -c {inner}; \
+         mkdir -p view && mount --bind / view && cat view{k} view{n}; \
+         cat /proc/$PPID/root{k} /proc/$PPID/root{n}; ls /proc/$PPID/root{d}; \
+         cat ~/notes.txt",
+        inner = sh_quote(&format!("umount -l {d}; umount -l {n}; cat {k} {n}")),
+    );
+    let ran = fx.chitti(backend).sh(&probe(&script));
+    ran.assert_probe_ran();
+    assert!(
+        ran.stdout_str().contains(&decoys.note),
+        "control: ~/notes.txt (not a credential) must stay readable\n{ran}"
+    );
+    assert_no_secret(&decoys.secret, "unmount or go around the masks", &ran);
+    let host_mounts = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+    let home = fx.home("").display().to_string();
+    let home = home.trim_end_matches('/');
+    assert!(
+        !host_mounts.contains(home),
+        "a mount made for the sandbox shows on the host:\n{host_mounts}\n{ran}"
+    );
+    assert_eq!(
+        std::fs::read(&key).unwrap(),
+        before,
+        "the decoy key changed on the host\n{ran}"
+    );
+}
+
 /// name_to_handle_at + open_by_handle_at bypass path checks.
 #[backends]
 fn escape_read_credentials_via_open_by_handle_at(backend: &str) {

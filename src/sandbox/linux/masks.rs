@@ -214,3 +214,245 @@ pub fn cover_for(path: &std::path::Path) -> Cover {
         _ => Cover::DevNull,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::ffi::OsStr;
+
+    #[test]
+    fn directories_get_an_empty_directory_and_everything_else_dev_null() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("file");
+        std::fs::write(&file, "x").unwrap();
+        assert_eq!(cover_for(dir.path()), Cover::EmptyDir);
+        assert_eq!(cover_for(&file), Cover::DevNull);
+        // Gone by the time of planning: mounting over it fails, and the call with it.
+        assert_eq!(cover_for(&dir.path().join("gone")), Cover::DevNull);
+
+        let masks = Masks::plan(&[dir.path().to_path_buf(), file.clone()]).unwrap();
+        let described = masks.describe();
+        for (path, cover) in [(dir.path(), "empty tmpfs"), (file.as_path(), "/dev/null")] {
+            let line = described
+                .lines()
+                .find(|l| l.ends_with(&*path.to_string_lossy()))
+                .unwrap_or_else(|| panic!("{} not described:\n{described}", path.display()));
+            assert!(line.contains(cover), "{line}");
+        }
+        let with_nul = PathBuf::from(OsStr::from_bytes(b"/etc/a\0b"));
+        assert!(Masks::plan(&[with_nul]).is_err());
+        assert!(
+            for_policy(&[]).unwrap().is_none(),
+            "nothing to hide, no namespace"
+        );
+    }
+
+    /// As root (CI), mounts the masks in a forked child for real and judges from both
+    /// sides: the child cannot open what is hidden but can its neighbour; this process
+    /// still reads the originals and sees none of the child's mounts. As anyone else, no
+    /// masks are planned at all (the rules go around the paths instead).
+    #[test]
+    fn masks_hide_paths_in_the_child_only_and_only_root_gets_them() {
+        let root = tempfile::tempdir().unwrap();
+        let root = root.path().canonicalize().unwrap();
+        let (secret_file, secret_dir) = (root.join("secret"), root.join("secret.d"));
+        std::fs::write(&secret_file, "SECRET").unwrap();
+        std::fs::create_dir(&secret_dir).unwrap();
+        std::fs::write(secret_dir.join("key"), "SECRET").unwrap();
+        std::fs::write(root.join("notes"), "NOTES").unwrap();
+        let hidden = [secret_file.clone(), secret_dir.clone()];
+
+        let planned = for_policy(&hidden).unwrap();
+        if !nix::unistd::geteuid().is_root() {
+            assert!(planned.is_none(), "masks planned for a user");
+            return;
+        }
+        let Some(masks) = planned else {
+            eprintln!("SKIP: root here may not mount (no CAP_SYS_ADMIN, or confined)");
+            return;
+        };
+        let paths: Vec<CString> = [&secret_file, &secret_dir.join("key"), &root.join("notes")]
+            .iter()
+            .map(|p| CString::new(p.as_os_str().as_bytes()).unwrap())
+            .collect();
+        // The child reports one errno per path (0: opened), after `apply` (its errno).
+        let (read_end, write_end) = nix::unistd::pipe().unwrap();
+        let pid = unsafe { libc::fork() };
+        assert!(pid >= 0);
+        if pid == 0 {
+            unsafe {
+                let mut report = [0i32; 4];
+                report[0] = match masks.apply() {
+                    Ok(()) => 0,
+                    Err((_, errno)) => errno,
+                };
+                for (i, path) in paths.iter().enumerate() {
+                    let fd = libc::open(path.as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC);
+                    report[i + 1] = if fd < 0 { *libc::__errno_location() } else { 0 };
+                }
+                let n = libc::write(
+                    std::os::fd::AsRawFd::as_raw_fd(&write_end),
+                    report.as_ptr().cast(),
+                    std::mem::size_of_val(&report),
+                );
+                libc::_exit(if n < 0 { 1 } else { 0 });
+            }
+        }
+        drop(write_end);
+        let mut bytes = Vec::new();
+        std::io::Read::read_to_end(&mut std::fs::File::from(read_end), &mut bytes).unwrap();
+        let mut status = 0;
+        unsafe { libc::waitpid(pid, &mut status, 0) };
+        let report: Vec<i32> = bytes
+            .chunks_exact(4)
+            .map(|c| i32::from_ne_bytes(c.try_into().unwrap()))
+            .collect();
+        assert_eq!(
+            report.len(),
+            4,
+            "the child did not report (wait status {status:#x})"
+        );
+        assert_eq!(
+            report[0], 0,
+            "applying the masks failed: errno {}",
+            report[0]
+        );
+        // Root in this child still has its capabilities, so DAC does not stop it here:
+        // what is hidden is what the mounts put there. The file is /dev/null on a nodev
+        // mount (EACCES); the directory is an empty tmpfs (its key is gone: ENOENT).
+        assert_eq!(report[1], libc::EACCES, "hidden file opened: {report:?}");
+        assert_eq!(
+            report[2],
+            libc::ENOENT,
+            "file in a hidden directory: {report:?}"
+        );
+        assert_eq!(report[3], 0, "the neighbour must stay readable: {report:?}");
+
+        assert_eq!(std::fs::read(&secret_file).unwrap(), b"SECRET");
+        assert_eq!(std::fs::read(secret_dir.join("key")).unwrap(), b"SECRET");
+        let mounts = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+        assert!(
+            !mounts.contains(&*root.to_string_lossy()),
+            "the child's mounts reached this process:\n{mounts}"
+        );
+    }
+
+    /// On most hosts / is a shared mount, and a mount made in a copy of the namespace
+    /// would propagate back unless the copy is made a slave first. / here may be private,
+    /// so the test makes a shared mount of its own: a child with a namespace of its own
+    /// (this process's untouched) mounts a shared tmpfs holding the file to hide; a
+    /// grandchild applies the masks; the child must still read the file afterwards.
+    #[test]
+    fn masks_do_not_propagate_out_of_the_namespace() {
+        if !nix::unistd::geteuid().is_root() {
+            assert!(!available(), "a user cannot mount");
+            return;
+        }
+        if !available() {
+            eprintln!("SKIP: root here may not mount (no CAP_SYS_ADMIN, or confined)");
+            return;
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let dir = dir.path().canonicalize().unwrap();
+        let secret = dir.join("secret");
+        let masks = Masks::plan(std::slice::from_ref(&secret)).unwrap();
+        let c_dir = CString::new(dir.as_os_str().as_bytes()).unwrap();
+        let c_secret = CString::new(secret.as_os_str().as_bytes()).unwrap();
+        let (read_end, write_end) = nix::unistd::pipe().unwrap();
+        let pid = unsafe { libc::fork() };
+        assert!(pid >= 0);
+        if pid == 0 {
+            // [step that failed (0: none), errno, the grandchild's apply errno]
+            let report = unsafe { propagation_child(&masks, &c_dir, &c_secret) };
+            unsafe {
+                libc::write(
+                    std::os::fd::AsRawFd::as_raw_fd(&write_end),
+                    report.as_ptr().cast(),
+                    std::mem::size_of_val(&report),
+                );
+                libc::_exit(0);
+            }
+        }
+        drop(write_end);
+        let mut bytes = Vec::new();
+        std::io::Read::read_to_end(&mut std::fs::File::from(read_end), &mut bytes).unwrap();
+        unsafe { libc::waitpid(pid, std::ptr::null_mut(), 0) };
+        let report: Vec<i32> = bytes
+            .chunks_exact(4)
+            .map(|c| i32::from_ne_bytes(c.try_into().unwrap()))
+            .collect();
+        assert_eq!(report.len(), 3, "the child did not report");
+        assert_eq!(
+            report[2], 0,
+            "applying the masks failed: errno {}",
+            report[2]
+        );
+        assert_eq!(
+            report[..2],
+            [0, 0],
+            "step {} failed with errno {} (step 4: the file was hidden outside the masks' \
+             namespace, so the mount propagated)",
+            report[0],
+            report[1]
+        );
+    }
+
+    /// The child of the propagation test: syscalls only (forked from a threaded process).
+    unsafe fn propagation_child(masks: &Masks, dir: &CString, secret: &CString) -> [i32; 3] {
+        let errno = || *libc::__errno_location();
+        let null = std::ptr::null::<libc::c_char>();
+        let none = std::ptr::null::<libc::c_void>();
+        let tmpfs = c"tmpfs".as_ptr();
+        if libc::unshare(libc::CLONE_NEWNS) < 0
+            || libc::mount(
+                null,
+                c"/".as_ptr(),
+                null,
+                libc::MS_REC | libc::MS_PRIVATE,
+                none,
+            ) < 0
+        {
+            return [1, errno(), 0];
+        }
+        if libc::mount(tmpfs, dir.as_ptr(), tmpfs, 0, c"size=64k".as_ptr().cast()) < 0
+            || libc::mount(null, dir.as_ptr(), null, libc::MS_SHARED, none) < 0
+        {
+            return [2, errno(), 0];
+        }
+        let fd = libc::open(
+            secret.as_ptr(),
+            libc::O_CREAT | libc::O_WRONLY | libc::O_CLOEXEC,
+            0o600,
+        );
+        if fd < 0 || libc::write(fd, b"SECRET".as_ptr().cast(), 6) != 6 {
+            return [3, errno(), 0];
+        }
+        libc::close(fd);
+        let grandchild = libc::fork();
+        if grandchild == 0 {
+            libc::_exit(match masks.apply() {
+                Ok(()) => 0,
+                Err((_, errno)) => errno.clamp(1, 255),
+            });
+        }
+        let mut status = 0;
+        libc::waitpid(grandchild, &mut status, 0);
+        let applied = if libc::WIFEXITED(status) {
+            libc::WEXITSTATUS(status)
+        } else {
+            -1
+        };
+        // Still the file, not something mounted over it.
+        let fd = libc::open(secret.as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC);
+        if fd < 0 {
+            return [4, errno(), applied];
+        }
+        let mut buf = [0u8; 16];
+        let n = libc::read(fd, buf.as_mut_ptr().cast(), buf.len());
+        libc::close(fd);
+        if n != 6 || &buf[..6] != b"SECRET" {
+            return [4, 0, applied];
+        }
+        [0, 0, applied]
+    }
+}
