@@ -47,6 +47,7 @@ pub fn run(as_json: bool) -> i32 {
                 "abi": caps.landlock_abi().ok(),
                 "usable": landlock.is_none(),
                 "blocker": landlock,
+                "hides_secrets_with_mounts": hides_secrets_with_mounts(),
             },
             "seccomp": caps.seccomp(),
             "agent_binary": {
@@ -119,7 +120,7 @@ pub fn run(as_json: bool) -> i32 {
         Err(why) => say!("  backend bwrap     UNUSABLE: {why}"),
     }
     match &landlock {
-        None => say!("  backend landlock  usable"),
+        None => say!("  backend landlock  usable{}", landlock_root_note()),
         Some(why) => say!("  backend landlock  UNUSABLE: {why}"),
     }
     say!();
@@ -135,4 +136,32 @@ pub fn run(as_json: bool) -> i32 {
     };
     super::out(&o);
     code
+}
+
+/// As root, how the Landlock backend keeps root's secrets unreadable.
+fn landlock_root_note() -> String {
+    if !nix::unistd::geteuid().is_root() {
+        return String::new();
+    }
+    match mounts_blocker() {
+        None => "; as root it hides secrets with mounts in a private mount namespace".into(),
+        Some(why) => format!(
+            "; as root it grants every neighbour of a secret as a rule of its own \
+             (slower; no mounts: {why})"
+        ),
+    }
+}
+
+fn hides_secrets_with_mounts() -> bool {
+    mounts_blocker().is_none()
+}
+
+#[cfg(target_os = "linux")]
+fn mounts_blocker() -> Option<&'static str> {
+    crate::sandbox::linux::masks::blocker()
+}
+
+#[cfg(not(target_os = "linux"))]
+fn mounts_blocker() -> Option<&'static str> {
+    Some("not Linux")
 }

@@ -35,19 +35,30 @@ const CAP_SYS_ADMIN: u32 = 21;
 /// and nothing confining chitti that could refuse `unshare` or `mount` later (a seccomp
 /// filter, an AppArmor or SELinux profile other than unconfined).
 pub fn available() -> bool {
-    static AVAILABLE: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *AVAILABLE.get_or_init(check_available)
+    blocker().is_none()
 }
 
-fn check_available() -> bool {
-    if !nix::unistd::geteuid().is_root() || !super::caps::effective(CAP_SYS_ADMIN) {
-        return false;
+/// Why hidden paths cannot be mounted over in this process, if they cannot.
+pub fn blocker() -> Option<&'static str> {
+    static BLOCKER: std::sync::OnceLock<Option<&'static str>> = std::sync::OnceLock::new();
+    *BLOCKER.get_or_init(find_blocker)
+}
+
+fn find_blocker() -> Option<&'static str> {
+    if !nix::unistd::geteuid().is_root() {
+        return Some("not root");
+    }
+    if !super::caps::effective(CAP_SYS_ADMIN) {
+        return Some("no CAP_SYS_ADMIN");
     }
     // 0: no seccomp at all. A filter (2) may refuse unshare or mount with any errno.
     if unsafe { libc::prctl(libc::PR_GET_SECCOMP, 0, 0, 0, 0) } != 0 {
-        return false;
+        return Some("chitti itself runs under a seccomp filter");
     }
-    unconfined_by_lsm()
+    if !unconfined_by_lsm() {
+        return Some("chitti itself runs under an LSM profile");
+    }
+    None
 }
 
 /// The calling process's LSM label: none (no LSM that labels processes), or the label
@@ -70,6 +81,32 @@ pub fn for_policy(deny_read: &[PathBuf]) -> Result<Option<Masks>, String> {
         return Ok(None);
     }
     Masks::plan(deny_read).map(Some)
+}
+
+/// Read-only, and nothing on it can be opened as a device, run or gain privileges.
+const LOCKED_DOWN: libc::c_ulong =
+    libc::MS_RDONLY | libc::MS_NODEV | libc::MS_NOSUID | libc::MS_NOEXEC;
+
+/// mount(2), for the set-up between fork and exec: the errno on failure.
+unsafe fn mount(
+    source: Option<&std::ffi::CStr>,
+    target: &std::ffi::CStr,
+    fstype: Option<&std::ffi::CStr>,
+    flags: libc::c_ulong,
+    data: Option<&std::ffi::CStr>,
+) -> Result<(), i32> {
+    let ptr = |s: Option<&std::ffi::CStr>| s.map_or(std::ptr::null(), |s| s.as_ptr());
+    let data = ptr(data).cast::<libc::c_void>();
+    if libc::mount(ptr(source), target.as_ptr(), ptr(fstype), flags, data) < 0 {
+        return Err(last_errno());
+    }
+    Ok(())
+}
+
+fn last_errno() -> i32 {
+    std::io::Error::last_os_error()
+        .raw_os_error()
+        .unwrap_or(libc::EIO)
 }
 
 /// The mounts that hide a policy's unreadable paths, prepared before fork.
@@ -116,71 +153,38 @@ impl Masks {
     /// Changes the calling process's mount namespace: call it only in the command's
     /// process, before exec.
     pub unsafe fn apply(&self) -> Result<(), (&'static [u8], i32)> {
-        let errno = || {
-            std::io::Error::last_os_error()
-                .raw_os_error()
-                .unwrap_or(libc::EIO)
-        };
-        let null = std::ptr::null::<libc::c_char>();
         if libc::unshare(libc::CLONE_NEWNS) < 0 {
-            return Err((b"private mount namespace", errno()));
+            return Err((b"private mount namespace", last_errno()));
         }
         // Slaves: the host's later mounts still appear, ours never reach the host.
-        let root = c"/".as_ptr();
-        if libc::mount(
-            null,
-            root,
-            null,
-            libc::MS_REC | libc::MS_SLAVE,
-            std::ptr::null(),
-        ) < 0
-        {
-            return Err((b"mount namespace propagation", errno()));
-        }
-        let dev_null = c"/dev/null".as_ptr();
-        for file in &self.files {
-            if libc::mount(
-                dev_null,
-                file.as_ptr(),
-                null,
-                libc::MS_BIND,
-                std::ptr::null(),
-            ) < 0
-            {
-                return Err((b"hiding a file (bind mount of /dev/null)", errno()));
-            }
-            // nodev: the node cannot even be opened (EACCES), so reads fail as they would
-            // under a Landlock denial instead of returning nothing, and writes fail too.
-            let locked = libc::MS_REMOUNT
-                | libc::MS_BIND
-                | libc::MS_RDONLY
-                | libc::MS_NODEV
-                | libc::MS_NOSUID
-                | libc::MS_NOEXEC;
-            if libc::mount(null, file.as_ptr(), null, locked, std::ptr::null()) < 0 {
-                return Err((b"hiding a file (remount nodev, read-only)", errno()));
+        mount(None, c"/", None, libc::MS_REC | libc::MS_SLAVE, None)
+            .map_err(|e| (&b"mount namespace propagation"[..], e))?;
+        // The first file gets /dev/null and its flags (a remount); the others are binds of
+        // that mount, which keep them. nodev: the node cannot even be opened (EACCES), so
+        // reads fail as under a Landlock denial instead of returning nothing.
+        if let Some((first, rest)) = self.files.split_first() {
+            let hide = |e| (&b"hiding a file (bind mount of /dev/null)"[..], e);
+            mount(Some(c"/dev/null"), first, None, libc::MS_BIND, None).map_err(hide)?;
+            let locked = libc::MS_REMOUNT | libc::MS_BIND | LOCKED_DOWN;
+            mount(None, first, None, locked, None).map_err(hide)?;
+            for file in rest {
+                mount(Some(first), file, None, libc::MS_BIND, None).map_err(hide)?;
             }
         }
-        // One tmpfs for every directory: the first is mounted, the others are its binds.
-        let Some((first, rest)) = self.dirs.split_first() else {
-            return Ok(());
-        };
-        let flags = libc::MS_RDONLY | libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC;
-        let options = c"mode=000,size=4k,nr_inodes=1";
-        let tmpfs = c"tmpfs".as_ptr();
-        if libc::mount(tmpfs, first.as_ptr(), tmpfs, flags, options.as_ptr().cast()) < 0 {
-            return Err((b"hiding a directory (empty tmpfs)", errno()));
-        }
-        for dir in rest {
-            if libc::mount(
-                first.as_ptr(),
-                dir.as_ptr(),
-                null,
-                libc::MS_BIND,
-                std::ptr::null(),
-            ) < 0
-            {
-                return Err((b"hiding a directory (bind mount)", errno()));
+        // Likewise one tmpfs for every directory.
+        if let Some((first, rest)) = self.dirs.split_first() {
+            let hide = |e| (&b"hiding a directory (empty tmpfs)"[..], e);
+            let options = c"mode=000,size=4k,nr_inodes=1";
+            mount(
+                Some(c"tmpfs"),
+                first,
+                Some(c"tmpfs"),
+                LOCKED_DOWN,
+                Some(options),
+            )
+            .map_err(hide)?;
+            for dir in rest {
+                mount(Some(first), dir, None, libc::MS_BIND, None).map_err(hide)?;
             }
         }
         Ok(())
@@ -255,12 +259,18 @@ mod tests {
     fn masks_hide_paths_in_the_child_only_and_only_root_gets_them() {
         let root = tempfile::tempdir().unwrap();
         let root = root.path().canonicalize().unwrap();
-        let (secret_file, secret_dir) = (root.join("secret"), root.join("secret.d"));
-        std::fs::write(&secret_file, "SECRET").unwrap();
-        std::fs::create_dir(&secret_dir).unwrap();
-        std::fs::write(secret_dir.join("key"), "SECRET").unwrap();
+        // Two of each: the second file and directory are binds of the first's mount.
+        let files = [root.join("secret"), root.join("secret2")];
+        let dirs = [root.join("secret.d"), root.join("secret2.d")];
+        for file in &files {
+            std::fs::write(file, "SECRET").unwrap();
+        }
+        for dir in &dirs {
+            std::fs::create_dir(dir).unwrap();
+            std::fs::write(dir.join("key"), "SECRET").unwrap();
+        }
         std::fs::write(root.join("notes"), "NOTES").unwrap();
-        let hidden = [secret_file.clone(), secret_dir.clone()];
+        let hidden: Vec<PathBuf> = files.iter().chain(&dirs).cloned().collect();
 
         let planned = for_policy(&hidden).unwrap();
         if !nix::unistd::geteuid().is_root() {
@@ -271,24 +281,36 @@ mod tests {
             eprintln!("SKIP: root here may not mount (no CAP_SYS_ADMIN, or confined)");
             return;
         };
-        let paths: Vec<CString> = [&secret_file, &secret_dir.join("key"), &root.join("notes")]
+        // Opened in the child, for reading, then for writing: what each must answer.
+        // Root in the child still has its capabilities, so DAC does not stop it: what
+        // hides is what the mounts put there. A file is /dev/null on a nodev mount
+        // (EACCES); a directory an empty tmpfs (its key is gone: ENOENT).
+        let expected: Vec<(PathBuf, i32)> = files
             .iter()
-            .map(|p| CString::new(p.as_os_str().as_bytes()).unwrap())
+            .map(|f| (f.clone(), libc::EACCES))
+            .chain(dirs.iter().map(|d| (d.join("key"), libc::ENOENT)))
+            .chain([(root.join("notes"), 0)])
             .collect();
-        // The child reports one errno per path (0: opened), after `apply` (its errno).
+        const OPENS: usize = 10;
+        assert_eq!(expected.len() * 2, OPENS);
+        let paths: Vec<CString> = expected
+            .iter()
+            .map(|(p, _)| CString::new(p.as_os_str().as_bytes()).unwrap())
+            .collect();
+        // The child reports `apply`'s errno, then one errno per open (0: opened).
         let (read_end, write_end) = nix::unistd::pipe().unwrap();
         let pid = unsafe { libc::fork() };
         assert!(pid >= 0);
         if pid == 0 {
             unsafe {
-                let mut report = [0i32; 4];
-                report[0] = match masks.apply() {
-                    Ok(()) => 0,
-                    Err((_, errno)) => errno,
-                };
-                for (i, path) in paths.iter().enumerate() {
-                    let fd = libc::open(path.as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC);
-                    report[i + 1] = if fd < 0 { *libc::__errno_location() } else { 0 };
+                let mut report = [0i32; 1 + OPENS];
+                report[0] = masks.apply().err().map_or(0, |(_, errno)| errno);
+                let modes = [libc::O_RDONLY, libc::O_WRONLY];
+                for (i, (path, mode)) in
+                    paths.iter().flat_map(|p| modes.map(|m| (p, m))).enumerate()
+                {
+                    let fd = libc::open(path.as_ptr(), mode | libc::O_CLOEXEC);
+                    report[1 + i] = if fd < 0 { *libc::__errno_location() } else { 0 };
                 }
                 let n = libc::write(
                     std::os::fd::AsRawFd::as_raw_fd(&write_end),
@@ -309,27 +331,40 @@ mod tests {
             .collect();
         assert_eq!(
             report.len(),
-            4,
-            "the child did not report (wait status {status:#x})"
+            1 + OPENS,
+            "no report (wait status {status:#x})"
         );
         assert_eq!(
             report[0], 0,
             "applying the masks failed: errno {}",
             report[0]
         );
-        // Root in this child still has its capabilities, so DAC does not stop it here:
-        // what is hidden is what the mounts put there. The file is /dev/null on a nodev
-        // mount (EACCES); the directory is an empty tmpfs (its key is gone: ENOENT).
-        assert_eq!(report[1], libc::EACCES, "hidden file opened: {report:?}");
-        assert_eq!(
-            report[2],
-            libc::ENOENT,
-            "file in a hidden directory: {report:?}"
-        );
-        assert_eq!(report[3], 0, "the neighbour must stay readable: {report:?}");
+        for (i, (path, errno)) in expected.iter().enumerate() {
+            let (read, write) = (report[1 + 2 * i], report[2 + 2 * i]);
+            assert_eq!(
+                read,
+                *errno,
+                "{} opened for reading: {report:?}",
+                path.display()
+            );
+            // The neighbour is opened for writing too: root with capabilities may.
+            assert_eq!(
+                write,
+                *errno,
+                "{} opened for writing: {report:?}",
+                path.display()
+            );
+        }
 
-        assert_eq!(std::fs::read(&secret_file).unwrap(), b"SECRET");
-        assert_eq!(std::fs::read(secret_dir.join("key")).unwrap(), b"SECRET");
+        let keys = dirs.iter().map(|d| d.join("key"));
+        for path in files.iter().cloned().chain(keys) {
+            assert_eq!(
+                std::fs::read(&path).unwrap(),
+                b"SECRET",
+                "{}",
+                path.display()
+            );
+        }
         let mounts = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
         assert!(
             !mounts.contains(&*root.to_string_lossy()),
