@@ -13,7 +13,7 @@ use std::io::ErrorKind;
 use std::os::unix::net::{UnixDatagram, UnixListener};
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use common::*;
 
@@ -75,6 +75,7 @@ on_both_backends!(
     daemonized_process_dies_with_the_command,
     timeout_kills_the_whole_tree,
     sigkill_of_chitti_kills_the_sandbox,
+    sigterm_early_in_a_call_is_143_and_cancelled,
     tmpdir_is_discarded_after_sigkill_of_chitti,
     // 8. exit codes
     exit_code_is_propagated,
@@ -1385,6 +1386,48 @@ fn sigterm_to_chitti_is_143_and_cancelled(backend: &str) {
     assert_eq!(json["cancelled"], true, "{json}");
     assert_eq!(json["exit_code"], 143, "{json}");
     assert!(!fx.ws("late").exists());
+}
+
+/// The same, with SIGTERM sent as soon as chitti has a child (bwrap, or the supervisor):
+/// while the call is still being set up or its command started, before chitti's runtime
+/// listens for signals. The signal must wait for it, not kill chitti outright.
+fn sigterm_early_in_a_call_is_143_and_cancelled(backend: &str) {
+    let fx = Fixture::new();
+    for _ in 0..5 {
+        let secs = unique_sleep();
+        let _reaper = SleepReaper(secs.clone());
+        let child = fx
+            .chitti(backend)
+            .opt("--json")
+            .command(&["sh", "-c", &format!("sleep {secs}; touch late")])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("spawn chitti");
+        // Polled without pause: the window lasts a fraction of a millisecond.
+        let pid = child.id();
+        let children = format!("/proc/{pid}/task/{pid}/children");
+        let deadline = Instant::now() + 30 * SECOND;
+        let forked = loop {
+            if std::fs::read_to_string(&children).is_ok_and(|c| !c.trim().is_empty()) {
+                break true;
+            }
+            if Instant::now() > deadline {
+                break false;
+            }
+        };
+        unsafe { libc::kill(pid as i32, libc::SIGTERM) };
+        let out = child.wait_with_output().unwrap();
+        assert!(forked, "chitti never started a child");
+        assert_eq!(out.status.code(), Some(143), "{out:?}");
+        let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(json["cancelled"], true, "{json}");
+        assert!(!fx.ws("late").exists());
+        assert!(
+            sleepers(&secs).is_empty(),
+            "the sandboxed `sleep {secs}` outlived the cancelled call"
+        );
+    }
 }
 
 fn json_reports_every_field(backend: &str) {

@@ -80,6 +80,9 @@ pub fn run(args: ExecArgs) -> i32 {
     } else {
         Output::Stream
     };
+    // From here until the runtime listens for them, termination signals wait (see there).
+    #[cfg(target_os = "linux")]
+    hold_termination_signals();
     let result = ChittiDirs::from_env().map_err(bad).and_then(|dirs| {
         let selection = sandbox::select(args.sandbox.backend, Capabilities::get(), &dirs.state);
         // bwrap starts now and loads while chitti works out the policy.
@@ -225,12 +228,34 @@ pub(crate) async fn termination_signal() {
     ) else {
         return std::future::pending().await;
     };
+    // Listened for now: one held back meanwhile is delivered here.
+    let _ = termination_signals().thread_unblock();
     let signal = tokio::select! {
         _ = int.recv() => libc::SIGINT,
         _ = term.recv() => libc::SIGTERM,
         _ = hup.recv() => libc::SIGHUP,
     };
     RECEIVED_SIGNAL.store(signal, std::sync::atomic::Ordering::Relaxed);
+}
+
+fn termination_signals() -> nix::sys::signal::SigSet {
+    use nix::sys::signal::{SigSet, Signal};
+    let mut set = SigSet::empty();
+    for signal in [Signal::SIGINT, Signal::SIGTERM, Signal::SIGHUP] {
+        set.add(signal);
+    }
+    set
+}
+
+/// Holds SIGINT, SIGTERM and SIGHUP back while a call is set up and its command started,
+/// until [`termination_signal`] listens for them (the runtime is built only once the
+/// command runs). One arriving in between would otherwise kill chitti with the default
+/// action: the supervisor (or bwrap) would still end the command, but chitti would not
+/// exit 128+N nor report the call cancelled. The supervisor, bwrap and the command do not
+/// inherit the mask (each child sets its own).
+#[cfg(target_os = "linux")]
+fn hold_termination_signals() {
+    let _ = termination_signals().thread_block();
 }
 
 /// The signal that stopped the call, so that chitti exits 128+N for it like a shell.
