@@ -118,14 +118,10 @@ fn render(
             if policy.private_tmp {
                 writable.push(tmp);
             }
-            let masks = landlock_masks(&policy.deny_read)?;
+            let (masks, deny_read) = landlock_masks(&policy.deny_read)?;
             let rules = landlock_rules::plan(&landlock_rules::Spec {
                 writable: &writable,
-                deny_read: if masks.is_some() {
-                    &[]
-                } else {
-                    &policy.deny_read
-                },
+                deny_read,
                 terminals: &[],
             });
             out.push_str(&format!(
@@ -204,18 +200,18 @@ fn describe_policy(p: &Policy, description: &str) -> String {
     )
 }
 
-/// How the mounts a Landlock call would hide `deny_read` with read (as root, where
-/// `prepare` makes them), or `None` when the rules go around `deny_read` instead.
+/// As `prepare` decides it: how the mounts a Landlock call would hide `deny_read` with
+/// read (as root, where it makes them), and the paths its rules must still go around.
 #[cfg(target_os = "linux")]
-fn landlock_masks(deny_read: &[std::path::PathBuf]) -> Result<Option<String>, String> {
-    let masks = crate::sandbox::linux::masks::for_policy(deny_read)?;
-    Ok(masks.map(|m| m.describe()))
+fn landlock_masks(deny_read: &[PathBuf]) -> Result<(Option<String>, &[PathBuf]), String> {
+    let (masks, around) = crate::sandbox::linux::masks::for_policy(deny_read)?;
+    Ok((masks.map(|m| m.describe()), around))
 }
 
 /// Off Linux the Landlock plan is shown as Linux would make it for a user.
 #[cfg(not(target_os = "linux"))]
-fn landlock_masks(_deny_read: &[std::path::PathBuf]) -> Result<Option<String>, String> {
-    Ok(None)
+fn landlock_masks(deny_read: &[PathBuf]) -> Result<(Option<String>, &[PathBuf]), String> {
+    Ok((None, deny_read))
 }
 
 #[cfg(target_os = "linux")]

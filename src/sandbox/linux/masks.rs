@@ -24,9 +24,13 @@
 //! a seccomp filter or LSM profile confining chitti itself), [`available`] says no before
 //! planning, and the rules are enumerated as for any other user.
 
-use std::ffi::CString;
+use std::ffi::{CStr, CString};
 use std::os::unix::ffi::OsStrExt;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
+
+use nix::errno::Errno;
+use nix::mount::{mount, MsFlags};
+use nix::sched::{unshare, CloneFlags};
 
 /// CAP_SYS_ADMIN, which mount namespaces and mounts need.
 const CAP_SYS_ADMIN: u32 = 21;
@@ -74,40 +78,24 @@ fn unconfined_by_lsm() -> bool {
     }
 }
 
-/// How a Landlock call keeps `deny_read` unreadable: `Some` masks where this process may
-/// mount over them (the rules then need not go around them), `None` where the rules must.
-pub fn for_policy(deny_read: &[PathBuf]) -> Result<Option<Masks>, String> {
+/// How a Landlock call keeps `deny_read` unreadable: masks where this process may mount
+/// over the paths, and the paths the Landlock rules must still go around (none then; all
+/// of them where there are no masks).
+pub fn for_policy(deny_read: &[PathBuf]) -> Result<(Option<Masks>, &[PathBuf]), String> {
     if deny_read.is_empty() || !available() {
-        return Ok(None);
+        return Ok((None, deny_read));
     }
-    Masks::plan(deny_read).map(Some)
+    Ok((Some(Masks::plan(deny_read)?), &[]))
 }
 
 /// Read-only, and nothing on it can be opened as a device, run or gain privileges.
-const LOCKED_DOWN: libc::c_ulong =
-    libc::MS_RDONLY | libc::MS_NODEV | libc::MS_NOSUID | libc::MS_NOEXEC;
+const LOCKED_DOWN: MsFlags = MsFlags::MS_RDONLY
+    .union(MsFlags::MS_NODEV)
+    .union(MsFlags::MS_NOSUID)
+    .union(MsFlags::MS_NOEXEC);
 
-/// mount(2), for the set-up between fork and exec: the errno on failure.
-unsafe fn mount(
-    source: Option<&std::ffi::CStr>,
-    target: &std::ffi::CStr,
-    fstype: Option<&std::ffi::CStr>,
-    flags: libc::c_ulong,
-    data: Option<&std::ffi::CStr>,
-) -> Result<(), i32> {
-    let ptr = |s: Option<&std::ffi::CStr>| s.map_or(std::ptr::null(), |s| s.as_ptr());
-    let data = ptr(data).cast::<libc::c_void>();
-    if libc::mount(ptr(source), target.as_ptr(), ptr(fstype), flags, data) < 0 {
-        return Err(last_errno());
-    }
-    Ok(())
-}
-
-fn last_errno() -> i32 {
-    std::io::Error::last_os_error()
-        .raw_os_error()
-        .unwrap_or(libc::EIO)
-}
+/// An absent mount(2) argument (nix's `mount` takes each as an `Option` of a path).
+const NONE: Option<&CStr> = None;
 
 /// The mounts that hide a policy's unreadable paths, prepared before fork.
 #[derive(Debug, Default)]
@@ -118,7 +106,7 @@ pub struct Masks {
 
 /// What to mount over a path: decided by what it is now.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Cover {
+enum Cover {
     /// /dev/null on a read-only nodev mount: opening it fails with EACCES.
     DevNull,
     /// An empty read-only tmpfs with mode 000.
@@ -141,10 +129,6 @@ impl Masks {
         Ok(masks)
     }
 
-    pub fn is_empty(&self) -> bool {
-        self.files.is_empty() && self.dirs.is_empty()
-    }
-
     /// Moves the calling process into a private mount namespace and mounts over every
     /// hidden path. System calls only (runs between fork and exec); needs CAP_SYS_ADMIN.
     /// On failure returns the step and errno; the caller must not exec then.
@@ -153,38 +137,34 @@ impl Masks {
     /// Changes the calling process's mount namespace: call it only in the command's
     /// process, before exec.
     pub unsafe fn apply(&self) -> Result<(), (&'static [u8], i32)> {
-        if libc::unshare(libc::CLONE_NEWNS) < 0 {
-            return Err((b"private mount namespace", last_errno()));
-        }
+        // nix's calls take `&CStr` as it is: nothing is allocated here.
+        let step = |what: &'static [u8]| move |e: Errno| (what, e as i32);
+        unshare(CloneFlags::CLONE_NEWNS).map_err(step(b"private mount namespace"))?;
         // Slaves: the host's later mounts still appear, ours never reach the host.
-        mount(None, c"/", None, libc::MS_REC | libc::MS_SLAVE, None)
-            .map_err(|e| (&b"mount namespace propagation"[..], e))?;
+        let slaves = MsFlags::MS_REC | MsFlags::MS_SLAVE;
+        mount(NONE, c"/", NONE, slaves, NONE).map_err(step(b"mount namespace propagation"))?;
         // The first file gets /dev/null and its flags (a remount); the others are binds of
         // that mount, which keep them. nodev: the node cannot even be opened (EACCES), so
         // reads fail as under a Landlock denial instead of returning nothing.
         if let Some((first, rest)) = self.files.split_first() {
-            let hide = |e| (&b"hiding a file (bind mount of /dev/null)"[..], e);
-            mount(Some(c"/dev/null"), first, None, libc::MS_BIND, None).map_err(hide)?;
-            let locked = libc::MS_REMOUNT | libc::MS_BIND | LOCKED_DOWN;
-            mount(None, first, None, locked, None).map_err(hide)?;
+            let first = first.as_c_str();
+            let hide = step(b"hiding a file (bind mount of /dev/null)");
+            let bind = MsFlags::MS_BIND;
+            mount(Some(c"/dev/null"), first, NONE, bind, NONE).map_err(hide)?;
+            let locked = MsFlags::MS_REMOUNT | bind | LOCKED_DOWN;
+            mount(NONE, first, NONE, locked, NONE).map_err(hide)?;
             for file in rest {
-                mount(Some(first), file, None, libc::MS_BIND, None).map_err(hide)?;
+                mount(Some(first), file.as_c_str(), NONE, bind, NONE).map_err(hide)?;
             }
         }
         // Likewise one tmpfs for every directory.
         if let Some((first, rest)) = self.dirs.split_first() {
-            let hide = |e| (&b"hiding a directory (empty tmpfs)"[..], e);
-            let options = c"mode=000,size=4k,nr_inodes=1";
-            mount(
-                Some(c"tmpfs"),
-                first,
-                Some(c"tmpfs"),
-                LOCKED_DOWN,
-                Some(options),
-            )
-            .map_err(hide)?;
+            let first = first.as_c_str();
+            let hide = step(b"hiding a directory (empty tmpfs)");
+            let (tmpfs, options) = (Some(c"tmpfs"), Some(c"mode=000,size=4k,nr_inodes=1"));
+            mount(tmpfs, first, tmpfs, LOCKED_DOWN, options).map_err(hide)?;
             for dir in rest {
-                mount(Some(first), dir, None, libc::MS_BIND, None).map_err(hide)?;
+                mount(Some(first), dir.as_c_str(), NONE, MsFlags::MS_BIND, NONE).map_err(hide)?;
             }
         }
         Ok(())
@@ -212,7 +192,7 @@ impl Masks {
 /// A directory gets an empty directory; anything else (a file, a socket, a device) gets
 /// /dev/null. A path that vanished is treated as a file: mounting then fails, and the
 /// call with it, rather than leaving the path to whatever appears there.
-pub fn cover_for(path: &std::path::Path) -> Cover {
+fn cover_for(path: &Path) -> Cover {
     match std::fs::symlink_metadata(path) {
         Ok(m) if m.is_dir() => Cover::EmptyDir,
         _ => Cover::DevNull,
@@ -246,7 +226,7 @@ mod tests {
         let with_nul = PathBuf::from(OsStr::from_bytes(b"/etc/a\0b"));
         assert!(Masks::plan(&[with_nul]).is_err());
         assert!(
-            for_policy(&[]).unwrap().is_none(),
+            for_policy(&[]).unwrap().0.is_none(),
             "nothing to hide, no namespace"
         );
     }
@@ -272,7 +252,12 @@ mod tests {
         std::fs::write(root.join("notes"), "NOTES").unwrap();
         let hidden: Vec<PathBuf> = files.iter().chain(&dirs).cloned().collect();
 
-        let planned = for_policy(&hidden).unwrap();
+        let (planned, around) = for_policy(&hidden).unwrap();
+        assert_eq!(
+            around.is_empty(),
+            planned.is_some(),
+            "masks or rules, not both"
+        );
         if !nix::unistd::geteuid().is_root() {
             assert!(planned.is_none(), "masks planned for a user");
             return;
@@ -298,42 +283,16 @@ mod tests {
             .map(|(p, _)| CString::new(p.as_os_str().as_bytes()).unwrap())
             .collect();
         // The child reports `apply`'s errno, then one errno per open (0: opened).
-        let (read_end, write_end) = nix::unistd::pipe().unwrap();
-        let pid = unsafe { libc::fork() };
-        assert!(pid >= 0);
-        if pid == 0 {
-            unsafe {
-                let mut report = [0i32; 1 + OPENS];
-                report[0] = masks.apply().err().map_or(0, |(_, errno)| errno);
-                let modes = [libc::O_RDONLY, libc::O_WRONLY];
-                for (i, (path, mode)) in
-                    paths.iter().flat_map(|p| modes.map(|m| (p, m))).enumerate()
-                {
-                    let fd = libc::open(path.as_ptr(), mode | libc::O_CLOEXEC);
-                    report[1 + i] = if fd < 0 { *libc::__errno_location() } else { 0 };
-                }
-                let n = libc::write(
-                    std::os::fd::AsRawFd::as_raw_fd(&write_end),
-                    report.as_ptr().cast(),
-                    std::mem::size_of_val(&report),
-                );
-                libc::_exit(if n < 0 { 1 } else { 0 });
+        let report = report_from_child(|| unsafe {
+            let mut report = [0i32; 1 + OPENS];
+            report[0] = masks.apply().err().map_or(0, |(_, errno)| errno);
+            let modes = [libc::O_RDONLY, libc::O_WRONLY];
+            for (i, (path, mode)) in paths.iter().flat_map(|p| modes.map(|m| (p, m))).enumerate() {
+                let fd = libc::open(path.as_ptr(), mode | libc::O_CLOEXEC);
+                report[1 + i] = if fd < 0 { Errno::last_raw() } else { 0 };
             }
-        }
-        drop(write_end);
-        let mut bytes = Vec::new();
-        std::io::Read::read_to_end(&mut std::fs::File::from(read_end), &mut bytes).unwrap();
-        let mut status = 0;
-        unsafe { libc::waitpid(pid, &mut status, 0) };
-        let report: Vec<i32> = bytes
-            .chunks_exact(4)
-            .map(|c| i32::from_ne_bytes(c.try_into().unwrap()))
-            .collect();
-        assert_eq!(
-            report.len(),
-            1 + OPENS,
-            "no report (wait status {status:#x})"
-        );
+            report
+        });
         assert_eq!(
             report[0], 0,
             "applying the masks failed: errno {}",
@@ -393,30 +352,8 @@ mod tests {
         let masks = Masks::plan(std::slice::from_ref(&secret)).unwrap();
         let c_dir = CString::new(dir.as_os_str().as_bytes()).unwrap();
         let c_secret = CString::new(secret.as_os_str().as_bytes()).unwrap();
-        let (read_end, write_end) = nix::unistd::pipe().unwrap();
-        let pid = unsafe { libc::fork() };
-        assert!(pid >= 0);
-        if pid == 0 {
-            // [step that failed (0: none), errno, the grandchild's apply errno]
-            let report = unsafe { propagation_child(&masks, &c_dir, &c_secret) };
-            unsafe {
-                libc::write(
-                    std::os::fd::AsRawFd::as_raw_fd(&write_end),
-                    report.as_ptr().cast(),
-                    std::mem::size_of_val(&report),
-                );
-                libc::_exit(0);
-            }
-        }
-        drop(write_end);
-        let mut bytes = Vec::new();
-        std::io::Read::read_to_end(&mut std::fs::File::from(read_end), &mut bytes).unwrap();
-        unsafe { libc::waitpid(pid, std::ptr::null_mut(), 0) };
-        let report: Vec<i32> = bytes
-            .chunks_exact(4)
-            .map(|c| i32::from_ne_bytes(c.try_into().unwrap()))
-            .collect();
-        assert_eq!(report.len(), 3, "the child did not report");
+        // [step that failed (0: none), errno, the grandchild's apply errno]
+        let report = report_from_child(|| unsafe { propagation_child(&masks, &c_dir, &c_secret) });
         assert_eq!(
             report[2], 0,
             "applying the masks failed: errno {}",
@@ -432,25 +369,47 @@ mod tests {
         );
     }
 
+    /// Runs `child` in a forked process and returns what it reported. The child must make
+    /// system calls only: this process has other threads, whose locks it inherits.
+    fn report_from_child<const N: usize>(child: impl FnOnce() -> [i32; N]) -> [i32; N] {
+        let (read_end, write_end) = nix::unistd::pipe().unwrap();
+        let pid = unsafe { libc::fork() };
+        assert!(pid >= 0);
+        if pid == 0 {
+            let report = child();
+            unsafe {
+                let fd = std::os::fd::AsRawFd::as_raw_fd(&write_end);
+                libc::write(fd, report.as_ptr().cast(), std::mem::size_of_val(&report));
+                libc::_exit(0);
+            }
+        }
+        drop(write_end);
+        let mut bytes = Vec::new();
+        std::io::Read::read_to_end(&mut std::fs::File::from(read_end), &mut bytes).unwrap();
+        let mut status = 0;
+        unsafe { libc::waitpid(pid, &mut status, 0) };
+        let report: Vec<i32> = bytes
+            .chunks_exact(4)
+            .map(|c| i32::from_ne_bytes(c.try_into().unwrap()))
+            .collect();
+        report
+            .try_into()
+            .unwrap_or_else(|r| panic!("the child did not report (wait status {status:#x}): {r:?}"))
+    }
+
     /// The child of the propagation test: syscalls only (forked from a threaded process).
     unsafe fn propagation_child(masks: &Masks, dir: &CString, secret: &CString) -> [i32; 3] {
-        let errno = || *libc::__errno_location();
-        let null = std::ptr::null::<libc::c_char>();
-        let none = std::ptr::null::<libc::c_void>();
-        let tmpfs = c"tmpfs".as_ptr();
-        if libc::unshare(libc::CLONE_NEWNS) < 0
-            || libc::mount(
-                null,
-                c"/".as_ptr(),
-                null,
-                libc::MS_REC | libc::MS_PRIVATE,
-                none,
-            ) < 0
+        let errno = || Errno::last_raw();
+        let dir = dir.as_c_str();
+        let private = MsFlags::MS_REC | MsFlags::MS_PRIVATE;
+        if unshare(CloneFlags::CLONE_NEWNS).is_err()
+            || mount(NONE, c"/", NONE, private, NONE).is_err()
         {
             return [1, errno(), 0];
         }
-        if libc::mount(tmpfs, dir.as_ptr(), tmpfs, 0, c"size=64k".as_ptr().cast()) < 0
-            || libc::mount(null, dir.as_ptr(), null, libc::MS_SHARED, none) < 0
+        let tmpfs = Some(c"tmpfs");
+        if mount(tmpfs, dir, tmpfs, MsFlags::empty(), Some(c"size=64k")).is_err()
+            || mount(NONE, dir, NONE, MsFlags::MS_SHARED, NONE).is_err()
         {
             return [2, errno(), 0];
         }

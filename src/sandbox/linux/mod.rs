@@ -173,14 +173,11 @@ fn prepare_supervised(
         // The private TMPDIR, new for every call, is granted on its own: in a session the
         // rest of the plan can then be the same from one call to the next.
         // As root, mounts hide what Landlock would otherwise have to go around.
-        let masks = masks::for_policy(&policy.deny_read).map_err(SandboxError::Unavailable)?;
+        let (masks, deny_read) =
+            masks::for_policy(&policy.deny_read).map_err(SandboxError::Unavailable)?;
         let rules = landlock_rules::plan(&landlock_rules::Spec {
             writable: &policy.writable,
-            deny_read: if masks.is_some() {
-                &[]
-            } else {
-                &policy.deny_read
-            },
+            deny_read,
             terminals: &stdio_terminals(),
         });
         // What the command needs besides the ruleset.
