@@ -271,9 +271,7 @@ unsafe fn supervisor_main(
     }
     libc::signal(libc::SIGCHLD, libc::SIG_DFL);
     // chitti may hold its termination signals back while it starts a call; not here.
-    let mut none: libc::sigset_t = std::mem::zeroed();
-    libc::sigemptyset(&mut none);
-    libc::sigprocmask(libc::SIG_SETMASK, &none, std::ptr::null_mut());
+    super::vfork::unblock_all_signals();
     libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0);
 
     let (step_read, step_write) = match pipe() {

@@ -116,9 +116,16 @@ pub unsafe fn reset_signals() {
             libc::signal(sig, libc::SIG_DFL);
         }
     }
-    let mut empty: libc::sigset_t = std::mem::zeroed();
-    libc::sigemptyset(&mut empty);
-    libc::sigprocmask(libc::SIG_SETMASK, &empty, std::ptr::null_mut());
+    unblock_all_signals();
+}
+
+/// Unblocks every signal of the calling thread. Async-signal-safe.
+pub fn unblock_all_signals() {
+    unsafe {
+        let mut empty: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut empty);
+        libc::sigprocmask(libc::SIG_SETMASK, &empty, std::ptr::null_mut());
+    }
 }
 
 /// A C string for a child that must not allocate; a NUL inside is bad input.
