@@ -25,6 +25,10 @@ cargo test --workspace --locked --no-fail-fast --target "$target"
 echo "== smoke run (what CI also runs on macOS)"
 scripts/ci-smoke.sh
 
+# The build comparison tool (README, "Performance") must keep working: a short run of it.
+echo "== scripts/compare-builds.py"
+scripts/compare-builds.py --runs 3 --copies 2 "$chitti" "$chitti" -- --version
+
 if [ "$(id -u)" -ne 0 ]; then
     echo "== not root: the unprivileged run above is the only one"
     exit 0
