@@ -158,15 +158,12 @@ mod tests {
             &policy("/Users/me/proj", false),
             Some(Path::new("/private/var/folders/x/T/chitti-1")),
         );
-        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join(GOLDEN);
-        if std::env::var_os("UPDATE_GOLDEN").is_some() {
-            std::fs::write(&path, &g.profile).unwrap();
-        }
-        let golden =
-            std::fs::read_to_string(&path).expect("golden file (UPDATE_GOLDEN=1 to create)");
-        assert_eq!(
-            g.profile, golden,
-            "regenerate with UPDATE_GOLDEN=1 cargo test and review the diff"
+        crate::golden::check(
+            GOLDEN,
+            include_bytes!("golden/seatbelt-workspace-write.sbpl"),
+            g.profile.as_bytes(),
+            "the profile generate() writes for this policy (review the diff)",
+            "golden_workspace_write",
         );
         let names: Vec<&str> = g.params.iter().map(|(n, _)| n.as_str()).collect();
         assert_eq!(
