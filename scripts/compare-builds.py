@@ -2,9 +2,9 @@
 """Compares the start-up of two or more chitti builds fairly: A/B for a change.
 
 Timing two binaries against each other is not enough on a virtual machine: how fast a
-binary starts also depends on where its file's pages landed in memory, and two copies of
-the very same file have differed here by up to 0.1 ms per call (about 5%), more than most
-changes are worth. So each build is copied COPIES times into one fresh directory, every
+binary starts also depends on the file, not only its bytes (most likely on where its pages
+landed in memory), and two copies of the very same file have differed here by up to 0.1 ms
+per call (about 5%), more than most changes are worth. So each build is copied COPIES times into one fresh directory, every
 copy runs RUNS times, interleaved with all the others (one call of each copy per round),
 and a build's figure is the median of its copies' medians. The spread of those copies is
 printed too: a difference smaller than it is not a result.
@@ -16,6 +16,7 @@ Everything after the first `--` is passed to each binary (it may hold `--` itsel
 Prints one line per build: median ms, difference from the first build, copy medians.
 """
 
+import argparse
 import os
 import shutil
 import statistics
@@ -24,45 +25,32 @@ import tempfile
 import time
 
 
-USAGE = "usage: compare-builds.py [--runs N] [--copies K] BINARY... -- ARGUMENTS..."
+def positive(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, not {value}")
+    return value
 
 
-def usage(message: str) -> None:
-    sys.exit(f"compare-builds: {message}\n{USAGE}")
-
-
-def parse(argv: list[str]) -> tuple[int, int, list[str], list[str]]:
-    runs, copies = 200, 4
+def parse(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog="compare-builds.py",
+        usage="%(prog)s [--runs N] [--copies K] BINARY... -- ARGUMENTS...",
+        description="Compares the start-up of chitti builds (see the top of this file).",
+    )
+    parser.add_argument("--runs", type=positive, default=200, help="runs of every copy")
+    parser.add_argument("--copies", type=positive, default=4, help="copies of every build")
+    parser.add_argument("binaries", nargs="+", metavar="BINARY")
+    # The arguments may hold `--` themselves: split at the first one before argparse sees it.
     if "--" not in argv:
-        usage("missing `--` before the arguments")
+        parser.error("missing `--` before the arguments")
     split = argv.index("--")
-    options, arguments = argv[:split], argv[split + 1 :]
-    binaries = []
-    i = 0
-    while i < len(options):
-        if options[i] in ("--runs", "--copies") and i + 1 < len(options):
-            try:
-                value = int(options[i + 1])
-            except ValueError:
-                usage(f"{options[i]} wants a number, not `{options[i + 1]}`")
-            if value < 1:
-                usage(f"{options[i]} must be at least 1")
-            if options[i] == "--runs":
-                runs = value
-            else:
-                copies = value
-            i += 2
-        elif options[i].startswith("-"):
-            usage(f"unknown option `{options[i]}`")
-        else:
-            binaries.append(options[i])
-            i += 1
-    if not binaries:
-        usage("no binary to compare")
-    for binary in binaries:
+    args = parser.parse_args(argv[:split])
+    args.arguments = argv[split + 1 :]
+    for binary in args.binaries:
         if not (os.path.isfile(binary) and os.access(binary, os.X_OK)):
-            usage(f"`{binary}` is not an executable file")
-    return runs, copies, binaries, arguments
+            parser.error(f"`{binary}` is not an executable file")
+    return args
 
 
 def time_call(path: str, arguments: list[str], devnull: int) -> float:
@@ -79,15 +67,16 @@ def time_call(path: str, arguments: list[str], devnull: int) -> float:
 
 
 def main() -> int:
-    runs, copies, binaries, arguments = parse(sys.argv[1:])
+    args = parse(sys.argv[1:])
+    binaries, arguments = args.binaries, args.arguments
     devnull = os.open(os.devnull, os.O_RDWR)
-    # Under /var/tmp rather than /tmp: a sandboxed command must find the copy where bwrap
-    # would not replace the directory; readable by all, for a run as another user.
+    # Under /var/tmp where it can be: /tmp is often mounted noexec. Readable by all, for a
+    # run as another user.
     base = "/var/tmp" if os.access("/var/tmp", os.W_OK) else None
     with tempfile.TemporaryDirectory(prefix="chitti-compare.", dir=base) as scratch:
         os.chmod(scratch, 0o755)
         copied: list[tuple[int, str]] = []
-        for copy in range(copies):
+        for copy in range(args.copies):
             for index, binary in enumerate(binaries):
                 path = os.path.join(scratch, f"{index}-{copy}-{os.path.basename(binary)}")
                 shutil.copyfile(binary, path)
@@ -97,7 +86,7 @@ def main() -> int:
             for _ in range(3):
                 time_call(path, arguments, devnull)
         samples: dict[str, list[float]] = {path: [] for _, path in copied}
-        for _ in range(runs):
+        for _ in range(args.runs):
             for _, path in copied:
                 samples[path].append(time_call(path, arguments, devnull))
     first = None
