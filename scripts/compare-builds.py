@@ -4,10 +4,10 @@
 Timing two binaries against each other is not enough on a virtual machine: how fast a
 binary starts also depends on the file, not only its bytes (most likely on where its pages
 landed in memory), and two copies of the very same file have differed here by up to 0.1 ms
-per call (about 5%), more than most changes are worth. So each build is copied COPIES times into one fresh directory, every
-copy runs RUNS times, interleaved with all the others (one call of each copy per round),
-and a build's figure is the median of its copies' medians. The spread of those copies is
-printed too: a difference smaller than it is not a result.
+per call (about 5%), more than most changes are worth. So each build is copied COPIES times
+into one fresh directory, every copy runs RUNS times, interleaved with all the others (one
+call of each copy per round), and a build's figure is the median of its copies' medians.
+The spread of those copies is printed too: a difference smaller than it is not a result.
 
 Usage: compare-builds.py [--runs N] [--copies K] BINARY... -- ARGUMENTS...
    e.g. compare-builds.py old/chitti new/chitti -- sandbox exec --backend landlock \
