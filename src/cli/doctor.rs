@@ -47,7 +47,7 @@ pub fn run(as_json: bool) -> i32 {
                 "abi": caps.landlock_abi().ok(),
                 "usable": landlock.is_none(),
                 "blocker": landlock,
-                "hides_secrets_with_mounts": hides_secrets_with_mounts(),
+                "hides_secrets_with_mounts": mounts_blocker().is_none(),
             },
             "seccomp": caps.seccomp(),
             "agent_binary": {
@@ -150,10 +150,6 @@ fn landlock_root_note() -> String {
              (slower; no mounts: {why})"
         ),
     }
-}
-
-fn hides_secrets_with_mounts() -> bool {
-    mounts_blocker().is_none()
 }
 
 #[cfg(target_os = "linux")]

@@ -307,9 +307,10 @@ unsafe fn supervisor_main(
     // The command has exec'd or given up: chitti may go on (see `Supervised::started`).
     libc::close(fds.started);
     // The command holds its Landlock domain now, and this copy of the ruleset is of no
-    // use. Closed here, while the command runs, freeing the ruleset (some 190 rules as
-    // root) does not fall in this process's exit, which chitti waits for. (chitti closes
-    // its own copy right after the fork; a session keeps one for its next call.)
+    // use. Closed here, while the command runs, freeing the ruleset (some 30-40 rules,
+    // more where many entries sit beside a hidden path) does not fall in this process's
+    // exit, which chitti waits for. (chitti closes its own copy right after the fork; a
+    // session keeps one for its next call.)
     if let Some(ruleset) = fds.landlock {
         libc::close(ruleset);
     }
