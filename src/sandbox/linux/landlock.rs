@@ -495,9 +495,9 @@ mod tests {
         rules
     }
 
-    /// A hundred rules (a call as root has some 190) all land in the ruleset: every
-    /// granted file is readable, the one left out is not, and a failing rule fails the
-    /// build. Decided by what reaches the writable directory.
+    /// A hundred rules (as root without mounts a call has some 190) all land in the
+    /// ruleset: every granted file is readable, the one left out is not, and a failing rule
+    /// fails the build. Decided by what reaches the writable directory.
     #[test]
     fn a_ruleset_has_every_rule_and_only_those() {
         let Some((_dir, root)) = dir_where_landlock_works() else {
