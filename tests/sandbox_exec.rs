@@ -284,10 +284,14 @@ fn tmpdir_is_writable_and_discarded(backend: &str) {
         "{} is still on the host after the call",
         locked.display()
     );
+    // Removed, or (a slot of the landlock backend's pool) emptied for the next call.
     if tmpdir != "/tmp" {
+        let left: Vec<_> = std::fs::read_dir(&tmpdir)
+            .map(|entries| entries.flatten().map(|e| e.path()).collect())
+            .unwrap_or_default();
         assert!(
-            !Path::new(&tmpdir).exists(),
-            "the private TMPDIR {tmpdir} is still on the host after the call"
+            left.is_empty(),
+            "the private TMPDIR {tmpdir} still holds {left:?} after the call"
         );
     }
 }
@@ -1166,6 +1170,62 @@ fn tmpdir_is_discarded_after_sigkill_of_chitti(backend: &str) {
         "what the sandbox wrote to TMPDIR ({}) stayed on the host after SIGKILL of chitti",
         tmpdir.display()
     );
+}
+
+/// The landlock backend takes one-shot TMPDIRs from a per-user pool. Were its supervisor
+/// killed, processes of the call could live on and still write the call's TMPDIR: that
+/// directory must never be another call's TMPDIR.
+#[test]
+fn landlock_never_reuses_the_tmpdir_of_a_call_whose_supervisor_was_killed() {
+    let fx = Fixture::new();
+    let secs = unique_sleep();
+    let _reaper = SleepReaper(secs.clone());
+    let mut chitti = fx
+        .chitti("landlock")
+        .command(&[
+            "sh",
+            "-c",
+            &format!("printf %s \"$TMPDIR\" > tmpdir-path; setsid sleep {secs} & sleep {secs}"),
+        ])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn chitti");
+    assert!(
+        wait_until(30 * SECOND, || sleepers(&secs).len() >= 2),
+        "the sandboxed sleeps never showed up"
+    );
+    let children = std::fs::read_to_string(format!("/proc/{0}/task/{0}/children", chitti.id()))
+        .unwrap_or_default();
+    let supervisors: Vec<i32> = children
+        .split_whitespace()
+        .filter_map(|p| p.parse().ok())
+        .collect();
+    assert_eq!(supervisors.len(), 1, "chitti's children: {children:?}");
+    unsafe { libc::kill(supervisors[0], libc::SIGKILL) };
+    let _ = chitti.kill();
+    chitti.wait().unwrap();
+    assert!(
+        !sleepers(&secs).is_empty(),
+        "nothing of the call outlived its supervisor: the test shows nothing"
+    );
+    let orphaned = read(&fx.ws("tmpdir-path"));
+    for _ in 0..3 {
+        let ran = fx
+            .chitti("landlock")
+            .sh("printf %s \"$TMPDIR\" > tmpdir-path");
+        let tmpdir = read(&fx.ws("tmpdir-path"));
+        assert!(!tmpdir.is_empty(), "no TMPDIR:\n{ran}");
+        assert_ne!(
+            tmpdir, orphaned,
+            "a later call got the TMPDIR that a surviving process of an earlier call can write"
+        );
+    }
+    // The orphans go with the reaper; their slot is left out of the pool for good, so
+    // remove it to keep the pool whole for later runs.
+    drop(_reaper);
+    assert!(wait_until(5 * SECOND, || sleepers(&secs).is_empty()));
+    let _ = std::fs::remove_dir_all(&orphaned);
 }
 
 // ---------------------------------------------------------------------------------------

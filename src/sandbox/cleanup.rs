@@ -25,6 +25,22 @@ pub fn remove_tree(dir: &Path) -> Result<(), String> {
         .map_err(|e| format!("could not remove the private TMPDIR {}: {e}", dir.display()))
 }
 
+/// Removes everything beneath `dir`, keeping `dir` itself (a reused TMPDIR).
+pub fn empty_dir(dir: &Path) -> Result<(), String> {
+    let failed =
+        |e: std::io::Error| format!("could not empty the private TMPDIR {}: {e}", dir.display());
+    for entry in std::fs::read_dir(dir).map_err(failed)? {
+        let entry = entry.map_err(failed)?;
+        // The entry's own type: a symlink is removed as such, never followed.
+        if entry.file_type().map_err(failed)?.is_dir() {
+            remove_tree(&entry.path())?;
+        } else {
+            std::fs::remove_file(entry.path()).map_err(failed)?;
+        }
+    }
+    Ok(())
+}
+
 fn make_dirs_writable(dir: &Path) {
     let mut todo = vec![dir.to_path_buf()];
     while let Some(d) = todo.pop() {

@@ -9,6 +9,7 @@ pub mod landlock;
 pub mod masks;
 pub mod seccomp;
 pub mod supervisor;
+pub mod tmp_pool;
 pub mod vfork;
 
 use std::ffi::OsString;
@@ -164,6 +165,7 @@ fn prepare_supervised(
     let mut after: Vec<Box<dyn super::AfterCall>> = Vec::new();
     let mut temp_dirs = Vec::new();
     let mut tmp_path: Option<PathBuf> = None;
+    let mut tmp_slot: Option<tmp_pool::Slot> = None;
     let mut held: Vec<Box<dyn std::any::Any + Send>> = Vec::new();
     let restrictions = if sandboxed {
         if let Some(why) = Capabilities::get().landlock_blocker() {
@@ -180,18 +182,20 @@ fn prepare_supervised(
             deny_read,
             terminals: &stdio_terminals(),
         });
-        // What the command needs besides the ruleset.
-        let tmp = if policy.private_tmp {
-            Some(private_dir("chitti-tmp-")?)
-        } else {
-            None
+        // What the command needs besides the ruleset. A one-shot call's TMPDIR comes from
+        // the pool; a session's ruleset keeps the grants of earlier calls' TMPDIRs, so
+        // each of its calls gets a directory no other call will ever use.
+        let tmp = match (policy.private_tmp, session) {
+            (false, _) => None,
+            (true, Some(_)) => Some(PrivateTmp::Fresh(private_dir("chitti-tmp-")?)),
+            (true, None) => Some(pooled_or_fresh_tmp(policy)?),
         };
         let seccomp = seccomp::program(policy.network, true)
             .map_err(|e| SandboxError::Unavailable(e.to_string()))?;
         let last_cap = caps::last_cap();
         let ruleset = match session {
             Some(session) => {
-                let tmp = tmp.as_ref().map(|(_, path)| path.as_path());
+                let tmp = tmp.as_ref().map(PrivateTmp::path);
                 let (fd, lease) = session
                     .landlock
                     .ruleset_for(&rules, tmp)
@@ -201,15 +205,22 @@ fn prepare_supervised(
             }
             None => {
                 let fd = landlock::build(&rules).map_err(unavailable)?;
-                if let Some((_, path)) = &tmp {
-                    landlock::grant_writable(fd.as_fd(), path).map_err(unavailable)?;
+                if let Some(tmp) = &tmp {
+                    landlock::grant_writable(fd.as_fd(), tmp.path()).map_err(unavailable)?;
                 }
                 fd
             }
         };
-        if let Some((dir, path)) = tmp {
-            temp_dirs.push(dir);
-            tmp_path = Some(path);
+        match tmp {
+            Some(PrivateTmp::Fresh((dir, path))) => {
+                temp_dirs.push(dir);
+                tmp_path = Some(path);
+            }
+            Some(PrivateTmp::Pooled(slot)) => {
+                tmp_path = Some(slot.path.clone());
+                tmp_slot = Some(slot);
+            }
+            None => {}
         }
         Some(supervisor::Restrictions {
             landlock: ruleset,
@@ -242,7 +253,11 @@ fn prepare_supervised(
         .map_err(SandboxError::Unavailable)?;
     // The supervisor repairs and cleans up, so that it happens even if chitti is killed.
     spec.after = after;
-    spec.cleanup = tmp_path.into_iter().collect();
+    if tmp_slot.is_some() {
+        spec.tmp_slot = tmp_slot;
+    } else {
+        spec.cleanup = tmp_path.into_iter().collect();
+    }
     Ok(Prepared {
         backend,
         launch: Launch::Supervised(spec),
@@ -250,6 +265,30 @@ fn prepare_supervised(
         temp_dirs,
         held,
     })
+}
+
+/// A call's private TMPDIR: a fresh directory, removed after the call, or a slot of the
+/// per-user pool, emptied after the call (see `tmp_pool`).
+enum PrivateTmp {
+    Fresh((tempfile::TempDir, PathBuf)),
+    Pooled(tmp_pool::Slot),
+}
+
+impl PrivateTmp {
+    fn path(&self) -> &Path {
+        match self {
+            PrivateTmp::Fresh((_, path)) => path,
+            PrivateTmp::Pooled(slot) => &slot.path,
+        }
+    }
+}
+
+fn pooled_or_fresh_tmp(policy: &Policy) -> Result<PrivateTmp, SandboxError> {
+    let root = super::canonicalize(&std::env::temp_dir()).ok();
+    match root.and_then(|root| tmp_pool::take(&root, &policy.writable)) {
+        Some(slot) => Ok(PrivateTmp::Pooled(slot)),
+        None => Ok(PrivateTmp::Fresh(private_dir("chitti-tmp-")?)),
+    }
 }
 
 /// Terminals handed to the command as stdio, which it may keep using (Landlock would

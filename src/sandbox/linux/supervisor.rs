@@ -68,6 +68,9 @@ pub struct LaunchSpec {
     pub after: Vec<Box<dyn crate::sandbox::AfterCall>>,
     /// Removed by the supervisor once the tree is dead (the private TMPDIR).
     pub cleanup: Vec<std::path::PathBuf>,
+    /// The private TMPDIR when it is a slot of the pool: claimed by the supervisor before
+    /// the command starts, released once the tree is dead.
+    pub tmp_slot: Option<super::tmp_pool::Slot>,
 }
 
 /// The supervisor's last word: how the command ended and what had to be repaired.
@@ -93,6 +96,7 @@ impl LaunchSpec {
             restrictions,
             after: Vec::new(),
             cleanup: Vec::new(),
+            tmp_slot: None,
         })
     }
 }
@@ -153,13 +157,19 @@ pub fn spawn(mut spec: LaunchSpec, stdio: ChildStdio) -> std::io::Result<Supervi
             landlock: spec.restrictions.as_ref().map(|r| r.landlock.as_raw_fd()),
         };
         let after = std::mem::take(&mut spec.after);
-        let cleanup = std::mem::take(&mut spec.cleanup);
-        unsafe { supervisor_main(&spec, &execve, keep, Aftermath { after, cleanup }) }
+        let aftermath = Aftermath {
+            after,
+            cleanup: std::mem::take(&mut spec.cleanup),
+            tmp_slot: spec.tmp_slot.take(),
+        };
+        unsafe { supervisor_main(&spec, &execve, keep, aftermath) }
     }
     drop(lifeline_read);
     drop(status_write);
     drop(started_write);
     drop(stdio);
+    // The supervisor holds the slot's lock from here on.
+    drop(spec.tmp_slot.take());
     let pidfd = match open_pidfd(pid) {
         Ok(fd) => fd,
         Err(e) => {
@@ -205,6 +215,7 @@ struct Fds {
 struct Aftermath {
     after: Vec<Box<dyn crate::sandbox::AfterCall>>,
     cleanup: Vec<std::path::PathBuf>,
+    tmp_slot: Option<super::tmp_pool::Slot>,
 }
 
 impl Aftermath {
@@ -212,6 +223,11 @@ impl Aftermath {
         let mut repairs: Vec<String> = self.after.into_iter().flat_map(|f| f.run()).collect();
         for dir in self.cleanup {
             if let Err(e) = crate::sandbox::cleanup::remove_tree(&dir) {
+                repairs.push(e);
+            }
+        }
+        if let Some(slot) = self.tmp_slot {
+            if let Err(e) = slot.release() {
                 repairs.push(e);
             }
         }
@@ -255,6 +271,7 @@ unsafe fn supervisor_main(
     for after in &aftermath.after {
         kept.extend(after.fds());
     }
+    kept.extend(aftermath.tmp_slot.as_ref().map(|slot| slot.fd()));
     close_all_but(&mut kept);
 
     // Terminal signals do not concern the supervisor: chitti decides, through the lifeline.
@@ -285,6 +302,20 @@ unsafe fn supervisor_main(
             fds,
         ),
     };
+    // Out of the pool until released: should this process die before then, the call's
+    // processes may outlive it, and its TMPDIR must never serve another call.
+    if let Some(slot) = &aftermath.tmp_slot {
+        if let Err(errno) = slot.claim() {
+            finish(
+                Report::SetupFailed {
+                    step: "claiming the private TMPDIR".into(),
+                    errno,
+                },
+                aftermath,
+                fds,
+            );
+        }
+    }
     // The command shares the supervisor's memory until it execs (no page tables copied);
     // the supervisor waits meanwhile, so the two never run at once.
     let (step_r, step_w) = (step_read.as_raw_fd(), step_write.as_raw_fd());
