@@ -1116,12 +1116,16 @@ fn timeout_kills_the_whole_tree(backend: &str) {
     );
 }
 
-/// Runs `setup` in the sandbox, then a daemonised and a plain `sleep`; once both run,
-/// kills chitti with SIGKILL, and fails unless every sandboxed process is gone within 5 s.
-fn sigkill_chitti_during(fx: &Fixture, backend: &str, setup: &str) {
+/// Starts a call that runs `setup`, then a daemonised and a plain `sleep` (the reaper's
+/// token); returns chitti, the reaper, and whether both sleeps showed up within 30 s.
+fn start_sleeping_call(
+    fx: &Fixture,
+    backend: &str,
+    setup: &str,
+) -> (std::process::Child, SleepReaper, bool) {
     let secs = unique_sleep();
-    let _reaper = SleepReaper(secs.clone());
-    let mut chitti = fx
+    let reaper = SleepReaper(secs.clone());
+    let chitti = fx
         .chitti(backend)
         .command(&[
             "sh",
@@ -1133,15 +1137,23 @@ fn sigkill_chitti_during(fx: &Fixture, backend: &str, setup: &str) {
         .spawn()
         .expect("spawn chitti");
     let started = wait_until(30 * SECOND, || sleepers(&secs).len() >= 2);
+    (chitti, reaper, started)
+}
+
+/// Runs `setup` in the sandbox, then a daemonised and a plain `sleep`; once both run,
+/// kills chitti with SIGKILL, and fails unless every sandboxed process is gone within 5 s.
+fn sigkill_chitti_during(fx: &Fixture, backend: &str, setup: &str) {
+    let (mut chitti, reaper, started) = start_sleeping_call(fx, backend, setup);
+    let secs = &reaper.0;
     chitti.kill().unwrap();
     chitti.wait().unwrap();
     assert!(started, "the sandboxed sleeps never showed up");
     // Everything that carries the token must go: the command tree, and the supervisor
     // once it has put protected paths back (so the caller may inspect them now).
     assert!(
-        wait_until(5 * SECOND, || pids_mentioning(&secs).is_empty()),
+        wait_until(5 * SECOND, || pids_mentioning(secs).is_empty()),
         "processes survived SIGKILL of chitti: {:?}",
-        pids_mentioning(&secs)
+        pids_mentioning(secs)
     );
 }
 
@@ -1178,23 +1190,10 @@ fn tmpdir_is_discarded_after_sigkill_of_chitti(backend: &str) {
 #[test]
 fn landlock_never_reuses_the_tmpdir_of_a_call_whose_supervisor_was_killed() {
     let fx = Fixture::new();
-    let secs = unique_sleep();
-    let _reaper = SleepReaper(secs.clone());
-    let mut chitti = fx
-        .chitti("landlock")
-        .command(&[
-            "sh",
-            "-c",
-            &format!("printf %s \"$TMPDIR\" > tmpdir-path; setsid sleep {secs} & sleep {secs}"),
-        ])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("spawn chitti");
-    assert!(
-        wait_until(30 * SECOND, || sleepers(&secs).len() >= 2),
-        "the sandboxed sleeps never showed up"
-    );
+    let (mut chitti, reaper, started) =
+        start_sleeping_call(&fx, "landlock", "printf %s \"$TMPDIR\" > tmpdir-path");
+    let secs = reaper.0.clone();
+    assert!(started, "the sandboxed sleeps never showed up");
     let children = std::fs::read_to_string(format!("/proc/{0}/task/{0}/children", chitti.id()))
         .unwrap_or_default();
     let supervisors: Vec<i32> = children
@@ -1223,7 +1222,7 @@ fn landlock_never_reuses_the_tmpdir_of_a_call_whose_supervisor_was_killed() {
     }
     // The orphans go with the reaper; their slot is left out of the pool for good, so
     // remove it to keep the pool whole for later runs.
-    drop(_reaper);
+    drop(reaper);
     assert!(wait_until(5 * SECOND, || sleepers(&secs).is_empty()));
     let _ = std::fs::remove_dir_all(&orphaned);
 }

@@ -163,16 +163,14 @@ fn prepare_supervised(
 ) -> Result<Prepared, SandboxError> {
     let sandboxed = backend == Backend::Landlock;
     let mut after: Vec<Box<dyn super::AfterCall>> = Vec::new();
-    let mut temp_dirs = Vec::new();
-    let mut tmp_path: Option<PathBuf> = None;
-    let mut tmp_slot: Option<tmp_pool::Slot> = None;
+    let mut tmp: Option<PrivateTmp> = None;
     let mut held: Vec<Box<dyn std::any::Any + Send>> = Vec::new();
     let restrictions = if sandboxed {
         if let Some(why) = Capabilities::get().landlock_blocker() {
             return Err(SandboxError::Unavailable(why));
         }
         let unavailable = |e: landlock::LandlockError| SandboxError::Unavailable(e.to_string());
-        // The private TMPDIR, new for every call, is granted on its own: in a session the
+        // The private TMPDIR, another for every call, is granted on its own: in a session the
         // rest of the plan can then be the same from one call to the next.
         // As root, mounts hide what Landlock would otherwise have to go around.
         let (masks, deny_read) =
@@ -185,7 +183,7 @@ fn prepare_supervised(
         // What the command needs besides the ruleset. A one-shot call's TMPDIR comes from
         // the pool; a session's ruleset keeps the grants of earlier calls' TMPDIRs, so
         // each of its calls gets a directory no other call will ever use.
-        let tmp = match (policy.private_tmp, session) {
+        tmp = match (policy.private_tmp, session) {
             (false, _) => None,
             (true, Some(_)) => Some(PrivateTmp::Fresh(private_dir("chitti-tmp-")?)),
             (true, None) => Some(pooled_or_fresh_tmp(policy)?),
@@ -211,17 +209,6 @@ fn prepare_supervised(
                 fd
             }
         };
-        match tmp {
-            Some(PrivateTmp::Fresh((dir, path))) => {
-                temp_dirs.push(dir);
-                tmp_path = Some(path);
-            }
-            Some(PrivateTmp::Pooled(slot)) => {
-                tmp_path = Some(slot.path.clone());
-                tmp_slot = Some(slot);
-            }
-            None => {}
-        }
         Some(supervisor::Restrictions {
             landlock: ruleset,
             seccomp,
@@ -233,11 +220,11 @@ fn prepare_supervised(
     };
     // `none` enforces nothing, but the environment allow-list still applies: it costs
     // nothing and keeps API keys out of commands the user did not mean to trust.
-    let env = sandbox_env(policy, backend, tmp_path.as_deref());
+    let env = sandbox_env(policy, backend, tmp.as_ref().map(PrivateTmp::path));
     let program = super::resolve_command(&command[0], &env, cwd)?;
     if sandboxed {
         // Only once the command is known to exist: a call that cannot run changes nothing
-        // (the private TMPDIR above goes with `temp_dirs`).
+        // (the private TMPDIR above goes when `tmp` is dropped).
         super::create_missing_hooks(policy)?;
         let snapshot = protect::Snapshot::take(&policy.pinned, &policy.read_only, &policy.absent)
             .map_err(SandboxError::Unavailable)?;
@@ -253,10 +240,14 @@ fn prepare_supervised(
         .map_err(SandboxError::Unavailable)?;
     // The supervisor repairs and cleans up, so that it happens even if chitti is killed.
     spec.after = after;
-    if tmp_slot.is_some() {
-        spec.tmp_slot = tmp_slot;
-    } else {
-        spec.cleanup = tmp_path.into_iter().collect();
+    let mut temp_dirs = Vec::new();
+    match tmp {
+        Some(PrivateTmp::Fresh((dir, path))) => {
+            temp_dirs.push(dir);
+            spec.cleanup.push(path);
+        }
+        Some(PrivateTmp::Pooled(slot)) => spec.tmp_slot = Some(slot),
+        None => {}
     }
     Ok(Prepared {
         backend,

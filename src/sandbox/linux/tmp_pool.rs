@@ -103,9 +103,15 @@ fn try_slot(path: PathBuf, euid: u32) -> io::Result<Option<Slot>> {
     let Ok(c_path) = CString::new(path.as_os_str().as_bytes()) else {
         return Ok(None);
     };
-    let made = std::fs::DirBuilder::new().mode(0o700).create(&path).is_ok();
     let flags = libc::O_RDONLY | libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC;
-    let fd = unsafe { libc::open(c_path.as_ptr(), flags) };
+    let open = || unsafe { libc::open(c_path.as_ptr(), flags) };
+    // Made only when missing: on every later call the slot exists already.
+    let mut fd = open();
+    let mut made = false;
+    if fd < 0 && io::Error::last_os_error().raw_os_error() == Some(libc::ENOENT) {
+        made = std::fs::DirBuilder::new().mode(0o700).create(&path).is_ok();
+        fd = open();
+    }
     if fd < 0 {
         return Ok(None); // a symlink, or not a directory
     }
@@ -113,18 +119,14 @@ fn try_slot(path: PathBuf, euid: u32) -> io::Result<Option<Slot>> {
     if unsafe { libc::flock(fd, libc::LOCK_EX | libc::LOCK_NB) } != 0 {
         return Ok(None); // another call's
     }
-    let mut st: libc::stat = unsafe { std::mem::zeroed() };
-    if unsafe { libc::fstat(fd, &mut st) } != 0 || st.st_uid != euid || st.st_mode & 0o7777 != 0o700
-    {
-        return Ok(None);
+    match nix::sys::stat::fstat(&lock) {
+        Ok(st) if st.st_uid == euid && st.st_mode & 0o7777 == 0o700 => {}
+        _ => return Ok(None),
     }
     // A slot made just now is clean by construction and gets its mark (which also finds
     // out whether marks can be kept here); any other must have it.
     let marked = if made {
-        let set = unsafe { libc::fsetxattr(fd, CLEAN.as_ptr(), std::ptr::null(), 0, 0) };
-        if set != 0 {
-            return Err(io::Error::last_os_error());
-        }
+        mark_clean(fd)?;
         true
     } else {
         is_marked(fd)?
@@ -133,6 +135,13 @@ fn try_slot(path: PathBuf, euid: u32) -> io::Result<Option<Slot>> {
         return Ok(None);
     }
     Ok(Some(Slot { path, lock }))
+}
+
+fn mark_clean(fd: RawFd) -> io::Result<()> {
+    if unsafe { libc::fsetxattr(fd, CLEAN.as_ptr(), std::ptr::null(), 0, 0) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
 }
 
 fn is_marked(fd: RawFd) -> io::Result<bool> {
@@ -218,12 +227,10 @@ impl Slot {
             )
         };
         // The command owns its TMPDIR and may have changed its mode.
-        let mut st: libc::stat = unsafe { std::mem::zeroed() };
-        if unsafe { libc::fstat(fd, &mut st) } != 0 {
-            return Err(failed("fstat", io::Error::last_os_error()));
-        }
-        if st.st_mode & 0o7777 != 0o700 && unsafe { libc::fchmod(fd, 0o700) } != 0 {
-            return Err(failed("chmod", io::Error::last_os_error()));
+        let st = nix::sys::stat::fstat(&self.lock).map_err(|e| failed("fstat", e.into()))?;
+        if st.st_mode & 0o7777 != 0o700 {
+            nix::sys::stat::fchmod(&self.lock, nix::sys::stat::Mode::from_bits_truncate(0o700))
+                .map_err(|e| failed("chmod", e.into()))?;
         }
         if has_entries(fd).map_err(|e| failed("listing", e))? {
             crate::sandbox::cleanup::empty_dir(&self.path)?;
@@ -231,10 +238,7 @@ impl Slot {
                 return Err(failed("emptying", io::Error::other("entries remain")));
             }
         }
-        if unsafe { libc::fsetxattr(fd, CLEAN.as_ptr(), std::ptr::null(), 0, 0) } != 0 {
-            return Err(failed("marking it clean", io::Error::last_os_error()));
-        }
-        Ok(())
+        mark_clean(fd).map_err(|e| failed("marking it clean", e))
     }
 }
 
@@ -270,6 +274,12 @@ mod tests {
         }
     }
 
+    /// Where `take` keeps this user's slots under `base`.
+    fn pool_dir(base: &tempfile::TempDir) -> PathBuf {
+        base.path()
+            .join(format!("chitti-{}", unsafe { libc::geteuid() }))
+    }
+
     fn release(slot: Slot) {
         slot.release().unwrap();
     }
@@ -279,16 +289,7 @@ mod tests {
         let Some(base) = tmp_base() else { return };
         let slot = take(base.path(), &[]).expect("a slot");
         let first = slot.path.clone();
-        assert_eq!(
-            first
-                .parent()
-                .unwrap()
-                .file_name()
-                .unwrap()
-                .to_str()
-                .unwrap(),
-            format!("chitti-{}", unsafe { libc::geteuid() })
-        );
+        assert_eq!(first.parent(), Some(pool_dir(&base).as_path()));
         slot.claim().unwrap();
         // What a command leaves: files, a directory it closed, a symlink out, a new mode.
         std::fs::write(first.join("f"), "x").unwrap();
@@ -349,9 +350,7 @@ mod tests {
     #[test]
     fn no_pool_where_the_base_is_not_a_private_directory_of_the_user() {
         let Some(base) = tmp_base() else { return };
-        let pool = base
-            .path()
-            .join(format!("chitti-{}", unsafe { libc::geteuid() }));
+        let pool = pool_dir(&base);
         std::fs::create_dir(&pool).unwrap();
         std::fs::set_permissions(&pool, std::fs::Permissions::from_mode(0o755)).unwrap();
         assert!(
@@ -370,18 +369,14 @@ mod tests {
     fn no_pool_where_the_policy_lets_the_sandbox_write_the_base() {
         let Some(base) = tmp_base() else { return };
         assert!(take(base.path(), &[base.path().to_path_buf()]).is_none());
-        let pool = base
-            .path()
-            .join(format!("chitti-{}", unsafe { libc::geteuid() }));
+        let pool = pool_dir(&base);
         assert!(take(base.path(), &[pool.join("slot-0")]).is_none());
     }
 
     #[test]
     fn a_slot_that_is_a_symlink_is_skipped() {
         let Some(base) = tmp_base() else { return };
-        let pool = base
-            .path()
-            .join(format!("chitti-{}", unsafe { libc::geteuid() }));
+        let pool = pool_dir(&base);
         std::fs::DirBuilder::new()
             .mode(0o700)
             .create(&pool)
