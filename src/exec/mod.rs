@@ -171,7 +171,9 @@ enum Running {
     },
 }
 
-/// Runs the launch until it exits, `timeout` passes, or `cancel` resolves.
+/// Runs the launch until it exits, `timeout` passes, or `cancel` resolves. For a
+/// process that goes on after the call (a session, `sandbox test`): a supervisor that has
+/// reported may still be exiting when this returns, and is reaped in the background.
 pub async fn run(
     prepared: Prepared,
     input: Input,
@@ -179,7 +181,21 @@ pub async fn run(
     timeout: Duration,
     cancel: impl Future<Output = ()>,
 ) -> Result<Outcome, SandboxError> {
-    finish(start(prepared, input, output)?, timeout, cancel).await
+    let started = start(prepared, input, output)?;
+    follow(started, timeout, cancel, Reap::InBackground).await
+}
+
+/// When the supervisor of a call that ended on its own is reaped.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Reap {
+    /// Before the outcome is returned: nothing of the call is left afterwards, even if
+    /// the caller exits at once (a one-shot `sandbox exec`).
+    BeforeReturning,
+    /// Once its report is read, the outcome is returned; the supervisor's exit (the
+    /// teardown of a copy of this process, 0.07-0.1 ms here) is waited for by a task of
+    /// the runtime. Its report is its last act: the command's tree is dead and every
+    /// repair and cleanup done by then.
+    InBackground,
 }
 
 /// A launch whose process is running; [`finish`] follows it to the end. Dropped without
@@ -442,11 +458,21 @@ pub fn start_early(early: EarlyStart, prepared: Prepared) -> Result<Started, San
     })
 }
 
-/// Follows a started launch until it exits, `timeout` passes, or `cancel` resolves.
+/// Follows a started launch until it exits, `timeout` passes, or `cancel` resolves;
+/// nothing of the call is left when it returns.
 pub async fn finish(
     started: Started,
     timeout: Duration,
     cancel: impl Future<Output = ()>,
+) -> Result<Outcome, SandboxError> {
+    follow(started, timeout, cancel, Reap::BeforeReturning).await
+}
+
+async fn follow(
+    started: Started,
+    timeout: Duration,
+    cancel: impl Future<Output = ()>,
+    reap: Reap,
 ) -> Result<Outcome, SandboxError> {
     let Started {
         call:
@@ -468,6 +494,19 @@ pub async fn finish(
         leader,
         mut running,
     } = started;
+    tokio::pin!(cancel);
+    // Let the command start before anything else is set up here, as a one-shot call does
+    // with `Started::wait_until_running`: a session's supervisor, forked a moment ago,
+    // usually waits for this thread's CPU, and registering the stdio pipes and spawning
+    // their readers first kept it waiting about 0.1 ms (seen in an MCP server's scheduler
+    // trace). A cancellation meanwhile ends the wait.
+    #[cfg(target_os = "linux")]
+    let cancelled_early = tokio::select! {
+        _ = until_running(&mut running, Duration::from_secs(1)) => false,
+        _ = &mut cancel => true,
+    };
+    #[cfg(not(target_os = "linux"))]
+    let cancelled_early = false;
     if let Some((fd, bytes)) = stdin_bytes {
         if let Ok(mut tx) = tokio::net::unix::pipe::Sender::from_owned_fd(fd) {
             tokio::spawn(async move {
@@ -479,11 +518,16 @@ pub async fn finish(
     let stderr_task =
         stderr.map(|fd| tokio::spawn(collect(fd, capture_max.unwrap_or(0), capture_max.is_none())));
 
-    tokio::pin!(cancel);
-    let ended = tokio::select! {
-        r = wait(&mut running) => { r?; Ended::Exited }
-        _ = tokio::time::sleep(timeout) => Ended::TimedOut,
-        _ = &mut cancel => Ended::Cancelled,
+    // The supervisor's report when it was read before its exit (`Reap::InBackground`).
+    let mut report = None;
+    let ended = if cancelled_early {
+        Ended::Cancelled
+    } else {
+        tokio::select! {
+            r = until_ended(&mut running, reap) => { report = r?; Ended::Exited }
+            _ = tokio::time::sleep(timeout) => Ended::TimedOut,
+            _ = &mut cancel => Ended::Cancelled,
+        }
     };
     if !matches!(ended, Ended::Exited) {
         stop(&mut running).await?;
@@ -533,7 +577,7 @@ pub async fn finish(
                 status, program, ..
             } = running
             {
-                let _ = apply_report(&mut outcome, status, backend, &program);
+                let _ = apply_report(&mut outcome, &read_report(status), backend, &program);
                 outcome.exit_code = if outcome.timed_out { 124 } else { 130 };
                 outcome.signal = None;
             }
@@ -560,8 +604,24 @@ pub async fn finish(
         }
         #[cfg(target_os = "linux")]
         Running::Supervised {
-            status, program, ..
-        } => apply_report(&mut outcome, status, backend, &program)?,
+            pid,
+            pidfd,
+            status,
+            program,
+            ..
+        } => {
+            let text = match report {
+                Some(text) => {
+                    tokio::spawn(async move {
+                        let _ = readable(&pidfd).await;
+                        unsafe { libc::waitpid(pid, std::ptr::null_mut(), 0) };
+                    });
+                    text
+                }
+                None => read_report(status),
+            };
+            apply_report(&mut outcome, &text, backend, &program)?
+        }
     }
     Ok(outcome)
 }
@@ -606,17 +666,23 @@ fn check_bwrap_status(
     }
 }
 
+/// Everything the supervisor wrote on its status pipe, once it has exited.
+#[cfg(target_os = "linux")]
+fn read_report(status: OwnedFd) -> String {
+    use std::io::Read;
+    let mut text = String::new();
+    let _ = std::fs::File::from(status).read_to_string(&mut text);
+    text
+}
+
 #[cfg(target_os = "linux")]
 fn apply_report(
     outcome: &mut Outcome,
-    status: OwnedFd,
+    text: &str,
     backend: Backend,
     program: &str,
 ) -> Result<(), SandboxError> {
     use crate::sandbox::linux::supervisor::{Ending, Report};
-    use std::io::Read;
-    let mut text = String::new();
-    let _ = std::fs::File::from(status).read_to_string(&mut text);
     let ending: Option<Ending> = text
         .lines()
         .next()
@@ -687,7 +753,64 @@ async fn wait(running: &mut Running) -> Result<(), SandboxError> {
     Ok(())
 }
 
-/// Resolves once the process behind `pidfd` has exited.
+/// Waits for the launch to end by itself. With `Reap::InBackground`, a supervisor's call
+/// has ended once its report (one line) is read: that is returned, and the supervisor is
+/// left to exit. Otherwise, or if the supervisor closed its pipe without a whole line
+/// (killed), its exit is waited for and the process reaped.
+async fn until_ended(running: &mut Running, reap: Reap) -> Result<Option<String>, SandboxError> {
+    #[cfg(target_os = "linux")]
+    if let (Reap::InBackground, Running::Supervised { status, .. }) = (reap, &*running) {
+        if let Some(line) = read_line(status).await {
+            return Ok(Some(line));
+        }
+    }
+    let _ = reap;
+    wait(running).await.map(|()| None)
+}
+
+/// Reads one line from a pipe, without waiting for its other end to close; None at EOF
+/// before a whole line, or on an error (what was read of the line is then lost: the
+/// caller treats the pipe as carrying no report).
+#[cfg(target_os = "linux")]
+async fn read_line(pipe: &OwnedFd) -> Option<String> {
+    use nix::fcntl::{fcntl, FcntlArg, OFlag};
+    let flags = OFlag::from_bits_retain(fcntl(pipe, FcntlArg::F_GETFL).ok()?);
+    fcntl(pipe, FcntlArg::F_SETFL(flags | OFlag::O_NONBLOCK)).ok()?;
+    // SAFETY: `pipe` outlives the registration, which ends with this function.
+    let fd = unsafe {
+        tokio::io::unix::AsyncFd::register_with_interest(
+            pipe.as_raw_fd(),
+            tokio::io::Interest::READABLE,
+        )
+    }
+    .ok()?;
+    let mut line = Vec::new();
+    let mut chunk = [0u8; 4096];
+    while !line.contains(&b'\n') {
+        let mut ready = fd.readable().await.ok()?;
+        match ready.try_io(|_| nix::unistd::read(pipe, &mut chunk).map_err(std::io::Error::from)) {
+            Ok(Ok(0)) | Ok(Err(_)) => return None,
+            Ok(Ok(n)) => line.extend_from_slice(&chunk[..n]),
+            Err(_would_block) => {}
+        }
+    }
+    String::from_utf8(line).ok()
+}
+
+/// Resolves once a supervised command has exec'd or failed to (its `started` pipe at
+/// EOF), after `limit` at most; at once if that was already waited for, or for anything
+/// else. Past `limit` (an exec stuck on a slow filesystem) the call goes on as before.
+#[cfg(target_os = "linux")]
+async fn until_running(running: &mut Running, limit: Duration) {
+    if let Running::Supervised { started, .. } = running {
+        if let Some(fd) = started.take() {
+            let _ = tokio::time::timeout(limit, readable(&fd)).await;
+        }
+    }
+}
+
+/// Resolves once `pidfd` is readable: once its process has exited (or, for a pipe, once
+/// it is at EOF).
 #[cfg(target_os = "linux")]
 async fn readable(pidfd: &OwnedFd) -> Result<(), SandboxError> {
     // SAFETY: `pidfd` outlives the registration, which ends with this function.
@@ -837,5 +960,98 @@ mod tests {
             exe.display()
         );
         // Dropping the call makes the supervisor kill the command.
+    }
+
+    fn runtime() -> tokio::runtime::Runtime {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap()
+    }
+
+    /// What `finish` waits for before it sets up the stdio readers: the command running
+    /// its program (checked from outside, as above), or nothing once it was waited for.
+    #[test]
+    fn until_running_returns_once_the_command_has_execd() {
+        if let Some(why) = Capabilities::get().landlock_blocker() {
+            eprintln!("SKIP: {why}");
+            return;
+        }
+        let fx = Fixture::new();
+        let command: Vec<std::ffi::OsString> = vec!["sleep".into(), "30".into()];
+        let prepared =
+            crate::sandbox::prepare(Backend::Landlock, &fx.policy, &command, &fx.ws).unwrap();
+        let mut started = start(prepared, Input::Null, Output::Capture { max_bytes: 64 }).unwrap();
+        let rt = runtime();
+        let waited = Instant::now();
+        rt.block_on(until_running(&mut started.running, Duration::from_secs(20)));
+        assert!(
+            waited.elapsed() < Duration::from_secs(10),
+            "{:?}",
+            waited.elapsed()
+        );
+        let Running::Supervised {
+            pid, started: fd, ..
+        } = &started.running
+        else {
+            panic!("a landlock call runs under a supervisor");
+        };
+        assert!(fd.is_none(), "the start is waited for once");
+        let children = std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children"))
+            .expect("the supervisor is alive");
+        let command_pid = children.split_whitespace().next().unwrap_or_default();
+        let exe = std::fs::read_link(format!("/proc/{command_pid}/exe")).unwrap();
+        assert_eq!(exe.file_name().and_then(|n| n.to_str()), Some("sleep"));
+        // A second wait returns at once.
+        let again = Instant::now();
+        rt.block_on(until_running(&mut started.running, Duration::from_secs(20)));
+        assert!(
+            again.elapsed() < Duration::from_secs(1),
+            "{:?}",
+            again.elapsed()
+        );
+    }
+
+    /// A call cancelled before its command has even started (the cancellation is ready at
+    /// once) ends cancelled, and leaves no process of the call behind.
+    #[test]
+    fn a_call_cancelled_at_once_ends_cancelled_and_leaves_nothing_running() {
+        if let Some(why) = Capabilities::get().landlock_blocker() {
+            eprintln!("SKIP: {why}");
+            return;
+        }
+        let fx = Fixture::new();
+        let pid_file = fx.ws.join("pid");
+        let script = format!("echo $$ > {}; exec sleep 30", pid_file.display());
+        let command: Vec<std::ffi::OsString> = vec!["sh".into(), "-c".into(), script.into()];
+        for _ in 0..5 {
+            let _ = std::fs::remove_file(&pid_file);
+            let prepared =
+                crate::sandbox::prepare(Backend::Landlock, &fx.policy, &command, &fx.ws).unwrap();
+            let begun = Instant::now();
+            let outcome = runtime()
+                .block_on(run(
+                    prepared,
+                    Input::Null,
+                    Output::Capture { max_bytes: 64 },
+                    Duration::from_secs(60),
+                    std::future::ready(()),
+                ))
+                .unwrap();
+            assert!(
+                begun.elapsed() < Duration::from_secs(10),
+                "{:?}",
+                begun.elapsed()
+            );
+            assert!(outcome.cancelled && !outcome.timed_out, "{outcome:?}");
+            assert_eq!(outcome.exit_code, 130);
+            // If the command got as far as writing its pid, that process is gone now (it
+            // may have been killed between creating the file and writing it).
+            let written = std::fs::read_to_string(&pid_file).unwrap_or_default();
+            if let Ok(pid) = written.trim().parse::<i32>() {
+                let alive = unsafe { libc::kill(pid, 0) } == 0;
+                assert!(!alive, "the command {pid} outlived its cancelled call");
+            }
+        }
     }
 }
