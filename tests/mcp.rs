@@ -573,6 +573,33 @@ async fn landlock_backend_contains_and_cancels() {
     backend_contains_and_cancels("landlock").await;
 }
 
+/// The server answers a call as soon as the supervisor has reported, and reaps it in the
+/// background: after many calls nothing is left of them, not even a zombie (the server's
+/// children, read from /proc, are none).
+#[cfg(target_os = "linux")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn finished_calls_leave_no_child_of_the_server() {
+    let children = |pid: u32| {
+        std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children")).unwrap_or_default()
+    };
+    for backend in ["landlock", "bwrap"] {
+        ensure_backend(backend);
+        let server = Server::start(&["--backend", backend]).await;
+        for i in 0..30 {
+            let r = server.bash(&format!("echo {i}")).await;
+            assert_eq!(r.structured["stdout"], format!("{i}\n"), "{backend}: {r:?}");
+        }
+        assert!(
+            eventually(Duration::from_secs(5), || children(server.pid)
+                .trim()
+                .is_empty())
+            .await,
+            "{backend}: the server still has children: {}",
+            children(server.pid)
+        );
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn credentials_created_after_the_server_started_stay_unreadable() {
     let server = Server::start(&[]).await;
