@@ -292,6 +292,53 @@ async fn concurrent_calls_run_concurrently() {
     );
 }
 
+/// A session's calls may reuse one private TMPDIR (a slot of the pool the server keeps),
+/// but every call finds it empty, and calls running at once never share one: a call that
+/// writes into another's TMPDIR leaves nothing there (that call lists it at its end).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_call_gets_an_empty_private_tmpdir_of_its_own() {
+    ensure_backend("landlock");
+    let server = Server::start(&["--backend", "landlock"]).await;
+    let mut dirs = Vec::new();
+    for i in 0..3 {
+        let r = server
+            .bash(&format!(
+                "ls -A \"$TMPDIR\"; echo left-{i} > \"$TMPDIR/left\"; echo \"$TMPDIR\" >&2"
+            ))
+            .await;
+        assert_eq!(r.structured["exit_code"], 0, "{r:?}");
+        assert_eq!(
+            r.structured["stdout"], "",
+            "call {i} found its TMPDIR not empty"
+        );
+        dirs.push(r.structured["stderr"].as_str().unwrap().trim().to_string());
+    }
+    // Where the pool is used (a slot), the session keeps its slot from call to call.
+    if dirs[0].contains("/slot-") {
+        assert!(dirs.iter().all(|d| *d == dirs[0]), "{dirs:?}");
+    } else {
+        eprintln!(
+            "note: no TMPDIR pool here ({}), a fresh directory per call",
+            dirs[0]
+        );
+    }
+    let a = server.bash("echo \"$TMPDIR\" > a-tmp; sleep 2; ls -A \"$TMPDIR\" > a-listing");
+    let b = server.bash(
+        "while [ ! -s a-tmp ]; do sleep 0.05; done; \
+         echo x > \"$(cat a-tmp)/planted\"; echo \"$TMPDIR\" > b-tmp",
+    );
+    let (ra, rb) = futures::join!(a, b);
+    assert_eq!(ra.structured["exit_code"], 0, "{ra:?}");
+    assert_eq!(rb.structured["exit_code"], 0, "{rb:?}");
+    let (a_tmp, b_tmp) = (read(&server.fx.ws("a-tmp")), read(&server.fx.ws("b-tmp")));
+    assert_ne!(a_tmp, b_tmp, "two calls running at once shared a TMPDIR");
+    assert_eq!(
+        read(&server.fx.ws("a-listing")),
+        "",
+        "another call wrote into this call's TMPDIR"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn timeout_kills_the_command_tree() {
     let server = Server::start(&[]).await;

@@ -9,6 +9,7 @@ use landlock::{
 };
 use nix::fcntl::{OFlag, OpenHow, ResolveFlag};
 
+use super::tmp_pool::Slot;
 use crate::sandbox::landlock_rules::{Grant, Rule};
 
 /// The ABI chitti is tested against. V6 is the first with signal and abstract-socket
@@ -146,6 +147,8 @@ const CALLS_PER_RULESET: usize = 64;
 #[derive(Default)]
 pub struct RulesetCache {
     slot: std::sync::Mutex<Option<Kept>>,
+    /// The session's slot of the TMPDIR pool while no call uses it (see [`CallTmp`]).
+    tmp_slot: std::sync::Mutex<Option<Slot>>,
 }
 
 struct Kept {
@@ -153,6 +156,19 @@ struct Kept {
     ids: Vec<Option<FileId>>,
     ruleset: OwnedFd,
     calls: usize,
+    /// The slot of the TMPDIR pool this ruleset grants, if any: it is used again only by
+    /// a call that holds that slot, so that it never grants a slot another call (of this
+    /// process or another) may have taken since.
+    granted_slot: Option<std::path::PathBuf>,
+}
+
+/// A session call's private TMPDIR, granted in its ruleset.
+pub enum CallTmp<'a> {
+    /// A directory of the call's own, removed after it.
+    Fresh(&'a Path),
+    /// A slot of the TMPDIR pool that the session keeps locked ([`RulesetCache::take_slot`]),
+    /// handed back to the cache with the lease: no `mkdir` and `rmdir` per call.
+    Slot(Slot),
 }
 
 impl Kept {
@@ -172,14 +188,28 @@ impl Kept {
 pub struct Lease {
     cache: std::sync::Arc<RulesetCache>,
     kept: Option<Kept>,
-    /// The call's private TMPDIR, granted in the ruleset from now on.
+    /// The call's private TMPDIR when it is a fresh directory, granted in the ruleset
+    /// from now on.
     tmp: Option<std::path::PathBuf>,
+    /// The session's TMPDIR slot, when the call has it.
+    tmp_slot: Option<Slot>,
     /// Whether the ruleset was built for this call (rather than kept from an earlier one).
     pub fresh: bool,
 }
 
 impl Drop for Lease {
     fn drop(&mut self) {
+        // Whether its call ended cleanly is checked when it is next taken.
+        if let Some(slot) = self.tmp_slot.take() {
+            let mut kept = self
+                .cache
+                .tmp_slot
+                .lock()
+                .unwrap_or_else(|e| e.into_inner());
+            if kept.is_none() {
+                *kept = Some(slot);
+            }
+        }
         // The grant on this call's TMPDIR stays in the ruleset; it is harmless only once
         // the directory is gone (removed after the call). If it is still there (the call
         // did not get that far, or the removal failed), the next call must not inherit
@@ -198,17 +228,49 @@ impl Drop for Lease {
 }
 
 impl RulesetCache {
+    /// The session's TMPDIR slot for a call: the one it keeps, if no other call of the
+    /// session has it and it is still clean ([`Slot::reusable`]; one whose call did not end
+    /// cleanly is dropped, and never handed out again by the pool either), else one from
+    /// `take` (the pool), kept from then on. None when neither is to be had.
+    pub fn take_slot(
+        &self,
+        writable: &[std::path::PathBuf],
+        take: impl FnOnce() -> Option<Slot>,
+    ) -> Option<Slot> {
+        let kept = self
+            .tmp_slot
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take();
+        match kept {
+            Some(slot) if slot.reusable(writable) => Some(slot),
+            _ => take(),
+        }
+    }
+
     /// The ruleset for `rules`, plus full access to `tmp` (this call's private TMPDIR),
     /// as the descriptor the command enforces; the lease returns it to the cache when
     /// dropped, which must not happen before the command has enforced it.
     pub fn ruleset_for(
         self: &std::sync::Arc<Self>,
         rules: &[Rule],
-        tmp: Option<&Path>,
+        tmp: Option<CallTmp>,
     ) -> Result<(OwnedFd, Lease), LandlockError> {
+        let slot_path = match &tmp {
+            Some(CallTmp::Slot(slot)) => Some(&slot.path),
+            _ => None,
+        };
         let taken = self.slot.lock().unwrap_or_else(|e| e.into_inner()).take();
         let (mut kept, fresh) = match taken {
-            Some(kept) if kept.serves(rules) => (kept, false),
+            Some(kept)
+                if kept.serves(rules)
+                    && kept
+                        .granted_slot
+                        .as_ref()
+                        .is_none_or(|granted| Some(granted) == slot_path) =>
+            {
+                (kept, false)
+            }
             _ => {
                 let mut ids = Vec::with_capacity(rules.len());
                 let ruleset = build_noting(rules, Some(&mut ids))?;
@@ -217,6 +279,7 @@ impl RulesetCache {
                     ids,
                     ruleset,
                     calls: 0,
+                    granted_slot: None,
                 };
                 (kept, true)
             }
@@ -226,14 +289,25 @@ impl RulesetCache {
             .ruleset
             .try_clone()
             .map_err(|e| LandlockError(format!("duplicating the ruleset: {e}")))?;
-        if let Some(tmp) = tmp {
-            grant_writable(fd.as_fd(), tmp)?;
+        let (mut fresh_tmp, mut tmp_slot) = (None, None);
+        match tmp {
+            Some(CallTmp::Fresh(path)) => {
+                grant_writable(fd.as_fd(), path)?;
+                fresh_tmp = Some(path.to_path_buf());
+            }
+            Some(CallTmp::Slot(slot)) => {
+                grant_writable(fd.as_fd(), &slot.path)?;
+                kept.granted_slot = Some(slot.path.clone());
+                tmp_slot = Some(slot);
+            }
+            None => {}
         }
         kept.calls += 1;
         let lease = Lease {
             cache: std::sync::Arc::clone(self),
             kept: Some(kept),
-            tmp: tmp.map(Path::to_path_buf),
+            tmp: fresh_tmp,
+            tmp_slot,
             fresh,
         };
         Ok((fd, lease))
@@ -629,7 +703,9 @@ mod tests {
         };
         let call = |rules: &[Rule]| {
             let tmp = tempfile::tempdir_in(&root).unwrap();
-            let (fd, lease) = cache.ruleset_for(rules, Some(tmp.path())).unwrap();
+            let (fd, lease) = cache
+                .ruleset_for(rules, Some(CallTmp::Fresh(tmp.path())))
+                .unwrap();
             // The call writes in its TMPDIR, which is then removed, as after a call.
             assert!(run_under(&fd, tmp.path(), "echo x > t").success());
             drop(tmp);
@@ -674,6 +750,79 @@ mod tests {
         assert!(!sixth.fresh);
     }
 
+    /// A session's ruleset that granted its TMPDIR slot serves later calls only while
+    /// they hold that same slot: a call with a fresh directory, or with another slot,
+    /// gets a ruleset of its own, and its command cannot write into the first slot.
+    #[test]
+    fn a_ruleset_granting_a_tmpdir_slot_serves_only_calls_holding_that_slot() {
+        let Some((_dir, root)) = dir_where_landlock_works() else {
+            return;
+        };
+        let Some(a) = super::super::tmp_pool::take(&root, &[]) else {
+            eprintln!(
+                "SKIP: no TMPDIR pool in {} (user.* attributes?)",
+                root.display()
+            );
+            return;
+        };
+        let b = super::super::tmp_pool::take(&root, &[]).unwrap();
+        let (a_path, b_path) = (a.path.clone(), b.path.clone());
+        let rules = rules_for_sh(&root, &[]);
+        let cache = std::sync::Arc::new(RulesetCache::default());
+
+        let (fd, lease) = cache.ruleset_for(&rules, Some(CallTmp::Slot(a))).unwrap();
+        assert!(run_under(&fd, &a_path, "echo x > mine").success());
+        assert!(
+            a_path.join("mine").exists(),
+            "the call's own slot is writable"
+        );
+        std::fs::remove_file(a_path.join("mine")).unwrap();
+        drop(lease);
+        let a = cache
+            .take_slot(&[], || None)
+            .expect("the session's slot comes back");
+        assert_eq!(a.path, a_path);
+
+        // The same slot again: the ruleset is kept.
+        let (_, lease) = cache.ruleset_for(&rules, Some(CallTmp::Slot(a))).unwrap();
+        assert!(
+            !lease.fresh,
+            "the same slot, yet the ruleset was built again"
+        );
+        drop(lease);
+        let a = cache.take_slot(&[], || None).unwrap();
+
+        // Another slot, and a fresh directory: neither may write into the first slot.
+        let fresh_dir = root.join("fresh-tmp");
+        std::fs::create_dir(&fresh_dir).unwrap();
+        for tmp in [CallTmp::Slot(b), CallTmp::Fresh(&fresh_dir)] {
+            let own = match &tmp {
+                CallTmp::Slot(slot) => slot.path.clone(),
+                CallTmp::Fresh(path) => path.to_path_buf(),
+            };
+            let (fd, lease) = cache.ruleset_for(&rules, Some(tmp)).unwrap();
+            assert!(
+                lease.fresh,
+                "a ruleset granting {} was reused",
+                a_path.display()
+            );
+            let script = format!("echo x > {}/planted; echo y > mine", a_path.display());
+            run_under(&fd, &own, &script);
+            assert!(
+                own.join("mine").exists(),
+                "the call's own TMPDIR is writable"
+            );
+            std::fs::remove_file(own.join("mine")).unwrap();
+            assert!(
+                !a_path.join("planted").exists(),
+                "a call wrote into another call's TMPDIR slot"
+            );
+            drop(lease);
+        }
+        assert_ne!(b_path, a_path);
+        drop(a);
+    }
+
     /// Every call of a session gets its own TMPDIR granted; one whose directory outlived
     /// the call (its removal failed) must not leave that grant to the next call.
     #[test]
@@ -685,11 +834,15 @@ mod tests {
         let cache = std::sync::Arc::new(RulesetCache::default());
         let stale = root.join("stale-tmp");
         std::fs::create_dir(&stale).unwrap();
-        let (_, lease) = cache.ruleset_for(&rules, Some(&stale)).unwrap();
+        let (_, lease) = cache
+            .ruleset_for(&rules, Some(CallTmp::Fresh(&stale)))
+            .unwrap();
         drop(lease); // the directory is still there
         let fresh_tmp = root.join("tmp-2");
         std::fs::create_dir(&fresh_tmp).unwrap();
-        let (fd, lease) = cache.ruleset_for(&rules, Some(&fresh_tmp)).unwrap();
+        let (fd, lease) = cache
+            .ruleset_for(&rules, Some(CallTmp::Fresh(&fresh_tmp)))
+            .unwrap();
         assert!(
             lease.fresh,
             "the ruleset granting a leftover TMPDIR was kept"

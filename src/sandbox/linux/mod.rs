@@ -185,7 +185,15 @@ fn prepare_supervised(
         // each of its calls gets a directory no other call will ever use.
         tmp = match (policy.private_tmp, session) {
             (false, _) => None,
-            (true, Some(_)) => Some(PrivateTmp::Fresh(private_dir("chitti-tmp-")?)),
+            (true, Some(session)) => {
+                let slot = session
+                    .landlock
+                    .take_slot(&policy.writable, || pool_slot(policy));
+                match slot {
+                    Some(slot) => Some(PrivateTmp::Session(slot)),
+                    None => Some(PrivateTmp::Fresh(private_dir("chitti-tmp-")?)),
+                }
+            }
             (true, None) => Some(pooled_or_fresh_tmp(policy)?),
         };
         let seccomp = seccomp::program(policy.network, true)
@@ -193,10 +201,26 @@ fn prepare_supervised(
         let last_cap = caps::last_cap();
         let ruleset = match session {
             Some(session) => {
-                let tmp = tmp.as_ref().map(PrivateTmp::path);
+                // The session keeps its slot (the lease hands it back); the supervisor
+                // gets a second descriptor of its lock, to claim and release it.
+                let call_tmp = match tmp.take() {
+                    Some(PrivateTmp::Session(slot)) => {
+                        let copy = slot.try_clone().map_err(|e| {
+                            SandboxError::Unavailable(format!(
+                                "cannot hand the private TMPDIR over: {e}"
+                            ))
+                        })?;
+                        tmp = Some(PrivateTmp::Pooled(copy));
+                        Some(landlock::CallTmp::Slot(slot))
+                    }
+                    other => {
+                        tmp = other;
+                        tmp.as_ref().map(|t| landlock::CallTmp::Fresh(t.path()))
+                    }
+                };
                 let (fd, lease) = session
                     .landlock
-                    .ruleset_for(&rules, tmp)
+                    .ruleset_for(&rules, call_tmp)
                     .map_err(unavailable)?;
                 held.push(Box::new(lease));
                 fd
@@ -246,7 +270,7 @@ fn prepare_supervised(
             temp_dirs.push(dir);
             spec.cleanup.push(path);
         }
-        Some(PrivateTmp::Pooled(slot)) => spec.tmp_slot = Some(slot),
+        Some(PrivateTmp::Pooled(slot) | PrivateTmp::Session(slot)) => spec.tmp_slot = Some(slot),
         None => {}
     }
     Ok(Prepared {
@@ -263,23 +287,31 @@ fn prepare_supervised(
 enum PrivateTmp {
     Fresh((tempfile::TempDir, PathBuf)),
     Pooled(tmp_pool::Slot),
+    /// The slot a session keeps, before it is handed to the ruleset's lease (which gives
+    /// it back to the session) and, as `Pooled`, to the supervisor.
+    Session(tmp_pool::Slot),
 }
 
 impl PrivateTmp {
     fn path(&self) -> &Path {
         match self {
             PrivateTmp::Fresh((_, path)) => path,
-            PrivateTmp::Pooled(slot) => &slot.path,
+            PrivateTmp::Pooled(slot) | PrivateTmp::Session(slot) => &slot.path,
         }
     }
 }
 
 fn pooled_or_fresh_tmp(policy: &Policy) -> Result<PrivateTmp, SandboxError> {
-    let root = super::canonicalize(&std::env::temp_dir()).ok();
-    match root.and_then(|root| tmp_pool::take(&root, &policy.writable)) {
+    match pool_slot(policy) {
         Some(slot) => Ok(PrivateTmp::Pooled(slot)),
         None => Ok(PrivateTmp::Fresh(private_dir("chitti-tmp-")?)),
     }
+}
+
+/// A free slot of the TMPDIR pool under the user's TMPDIR, if there is one for `policy`.
+fn pool_slot(policy: &Policy) -> Option<tmp_pool::Slot> {
+    let root = super::canonicalize(&std::env::temp_dir()).ok()?;
+    tmp_pool::take(&root, &policy.writable)
 }
 
 /// Terminals handed to the command as stdio, which it may keep using (Landlock would

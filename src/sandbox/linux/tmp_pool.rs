@@ -18,9 +18,13 @@
 //! Why the mark cannot be forged from inside: the sandbox's seccomp program refuses every
 //! extended-attribute write, and Landlock grants it no write to the base, so it cannot
 //! rename slots either. Where the mark cannot be read or written (a filesystem without
-//! `user.` attributes), where the policy lets the sandbox write the base, in long-lived
-//! sessions (their kept ruleset still grants the TMPDIRs of earlier calls) and when every
+//! `user.` attributes), where the policy lets the sandbox write the base, and when every
 //! slot is busy, a call gets a fresh directory, removed afterwards, as before.
+//!
+//! A long-lived session (chat, mcp) keeps one slot locked for as long as it runs and
+//! reuses it call after call, checked again each time ([`Slot::reusable`]): its kept
+//! Landlock ruleset goes on granting the TMPDIRs of its earlier calls, so those must be
+//! its own, never a slot another process could hand out (see `landlock::RulesetCache`).
 
 use std::ffi::CString;
 use std::io;
@@ -48,10 +52,7 @@ pub struct Slot {
 pub fn take(tmp_base: &Path, writable: &[PathBuf]) -> Option<Slot> {
     let euid = unsafe { libc::geteuid() };
     let base = tmp_base.join(format!("chitti-{euid}"));
-    if writable
-        .iter()
-        .any(|w| base.starts_with(w) || w.starts_with(&base))
-    {
+    if overlaps(&base, writable) {
         return None;
     }
     if !private_base(&base, euid) {
@@ -75,6 +76,13 @@ pub fn take(tmp_base: &Path, writable: &[PathBuf]) -> Option<Slot> {
         }
     }
     None
+}
+
+/// Whether the sandbox could write the pool's base (a writable path above or below it).
+fn overlaps(base: &Path, writable: &[PathBuf]) -> bool {
+    writable
+        .iter()
+        .any(|w| base.starts_with(w) || w.starts_with(base))
 }
 
 /// Whether `base` is (or, missing, could be made) a directory of `euid`'s with mode 0700,
@@ -202,6 +210,30 @@ impl Slot {
         self.lock.as_raw_fd()
     }
 
+    /// A second descriptor of the same lock (the lock holds while either is open): for
+    /// the supervisor of one call of a session that keeps the slot.
+    pub fn try_clone(&self) -> io::Result<Slot> {
+        Ok(Slot {
+            path: self.path.clone(),
+            lock: self.lock.try_clone()?,
+        })
+    }
+
+    /// Whether a slot this process has kept locked since an earlier call can serve the
+    /// next one: the same checks as when it was taken (the user's, mode 0700, marked clean
+    /// by the last call's supervisor, empty), and the sandbox still cannot write the base.
+    pub fn reusable(&self, writable: &[PathBuf]) -> bool {
+        let euid = unsafe { libc::geteuid() };
+        let fd = self.lock.as_raw_fd();
+        let private = matches!(nix::sys::stat::fstat(&self.lock),
+            Ok(st) if st.st_uid == euid && st.st_mode & 0o7777 == 0o700);
+        let base = self.path.parent().unwrap_or(&self.path);
+        private
+            && !overlaps(base, writable)
+            && is_marked(fd).unwrap_or(false)
+            && !has_entries(fd).unwrap_or(true)
+    }
+
     /// Takes the mark off before the command starts (the supervisor). Only system calls:
     /// it runs in a forked child of a process that may have had other threads.
     pub fn claim(&self) -> Result<(), i32> {
@@ -305,6 +337,40 @@ mod tests {
         assert_eq!(std::fs::read_dir(&again.path).unwrap().count(), 0);
         let mode = std::fs::metadata(&again.path).unwrap().permissions().mode();
         assert_eq!(mode & 0o7777, 0o700);
+    }
+
+    /// A session keeps its slot locked between calls: it serves the next call only if
+    /// the last one was released (marked clean, emptied) and the policy still cannot
+    /// write the pool's base. Its lock holds while any descriptor of it is open.
+    #[test]
+    fn a_kept_slot_is_reusable_only_after_a_clean_release() {
+        let Some(base) = tmp_base() else { return };
+        let kept = take(base.path(), &[]).unwrap();
+        assert!(kept.reusable(&[]), "a slot just taken is clean");
+        // One call: the supervisor's copy claims and releases it.
+        let copy = kept.try_clone().unwrap();
+        copy.claim().unwrap();
+        assert!(!kept.reusable(&[]), "a slot in use is not clean");
+        std::fs::write(kept.path.join("f"), "x").unwrap();
+        copy.release().unwrap();
+        assert!(kept.reusable(&[]));
+        assert!(
+            take(base.path(), &[]).is_none_or(|other| other.path != kept.path),
+            "a kept slot was handed to another call"
+        );
+        assert!(
+            !kept.reusable(&[base.path().to_path_buf()]),
+            "the base is writable"
+        );
+        // A call whose supervisor was killed: the mark stays off.
+        let copy = kept.try_clone().unwrap();
+        copy.claim().unwrap();
+        drop(copy);
+        assert!(!kept.reusable(&[]));
+        // Written into outside a call: not clean either.
+        let other = take(base.path(), &[]).unwrap();
+        std::fs::write(other.path.join("mine"), "x").unwrap();
+        assert!(!other.reusable(&[]));
     }
 
     #[test]
