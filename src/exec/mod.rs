@@ -923,26 +923,20 @@ mod tests {
     use crate::sandbox::Capabilities;
     use crate::tools::testing::Fixture;
 
-    /// The wait ends when the command runs its program, not when the command ends: the
-    /// supervisor's child is already `sleep` (it has exec'd) when the wait returns.
-    #[test]
-    fn wait_until_running_returns_once_the_command_has_execd() {
+    /// A landlock call of `sleep 30`, just started (None, said loudly, without Landlock).
+    fn start_sleep(fx: &Fixture) -> Option<Started> {
         if let Some(why) = Capabilities::get().landlock_blocker() {
             eprintln!("SKIP: {why}");
-            return;
+            return None;
         }
-        let fx = Fixture::new();
         let command: Vec<std::ffi::OsString> = vec!["sleep".into(), "30".into()];
         let prepared =
             crate::sandbox::prepare(Backend::Landlock, &fx.policy, &command, &fx.ws).unwrap();
-        let mut started = start(prepared, Input::Null, Output::Capture { max_bytes: 64 }).unwrap();
-        let waited = Instant::now();
-        started.wait_until_running(Duration::from_secs(20));
-        assert!(
-            waited.elapsed() < Duration::from_secs(10),
-            "waited {:?}: until the command ended?",
-            waited.elapsed()
-        );
+        Some(start(prepared, Input::Null, Output::Capture { max_bytes: 64 }).unwrap())
+    }
+
+    /// Checked from outside: the supervisor's child already runs `sleep` (it has exec'd).
+    fn assert_the_command_runs_sleep(started: &Started) {
         let Running::Supervised { pid, .. } = &started.running else {
             panic!("a landlock call runs under a supervisor");
         };
@@ -959,6 +953,23 @@ mod tests {
             "the command runs {}",
             exe.display()
         );
+    }
+
+    /// The wait ends when the command runs its program, not when the command ends.
+    #[test]
+    fn wait_until_running_returns_once_the_command_has_execd() {
+        let fx = Fixture::new();
+        let Some(mut started) = start_sleep(&fx) else {
+            return;
+        };
+        let waited = Instant::now();
+        started.wait_until_running(Duration::from_secs(20));
+        assert!(
+            waited.elapsed() < Duration::from_secs(10),
+            "waited {:?}: until the command ended?",
+            waited.elapsed()
+        );
+        assert_the_command_runs_sleep(&started);
         // Dropping the call makes the supervisor kill the command.
     }
 
@@ -970,18 +981,13 @@ mod tests {
     }
 
     /// What `finish` waits for before it sets up the stdio readers: the command running
-    /// its program (checked from outside, as above), or nothing once it was waited for.
+    /// its program, or nothing once it was waited for.
     #[test]
     fn until_running_returns_once_the_command_has_execd() {
-        if let Some(why) = Capabilities::get().landlock_blocker() {
-            eprintln!("SKIP: {why}");
-            return;
-        }
         let fx = Fixture::new();
-        let command: Vec<std::ffi::OsString> = vec!["sleep".into(), "30".into()];
-        let prepared =
-            crate::sandbox::prepare(Backend::Landlock, &fx.policy, &command, &fx.ws).unwrap();
-        let mut started = start(prepared, Input::Null, Output::Capture { max_bytes: 64 }).unwrap();
+        let Some(mut started) = start_sleep(&fx) else {
+            return;
+        };
         let rt = runtime();
         let waited = Instant::now();
         rt.block_on(until_running(&mut started.running, Duration::from_secs(20)));
@@ -990,18 +996,11 @@ mod tests {
             "{:?}",
             waited.elapsed()
         );
-        let Running::Supervised {
-            pid, started: fd, ..
-        } = &started.running
-        else {
+        let Running::Supervised { started: fd, .. } = &started.running else {
             panic!("a landlock call runs under a supervisor");
         };
         assert!(fd.is_none(), "the start is waited for once");
-        let children = std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children"))
-            .expect("the supervisor is alive");
-        let command_pid = children.split_whitespace().next().unwrap_or_default();
-        let exe = std::fs::read_link(format!("/proc/{command_pid}/exe")).unwrap();
-        assert_eq!(exe.file_name().and_then(|n| n.to_str()), Some("sleep"));
+        assert_the_command_runs_sleep(&started);
         // A second wait returns at once.
         let again = Instant::now();
         rt.block_on(until_running(&mut started.running, Duration::from_secs(20)));
