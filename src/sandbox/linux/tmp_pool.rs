@@ -127,9 +127,8 @@ fn try_slot(path: PathBuf, euid: u32) -> io::Result<Option<Slot>> {
     if unsafe { libc::flock(fd, libc::LOCK_EX | libc::LOCK_NB) } != 0 {
         return Ok(None); // another call's
     }
-    match nix::sys::stat::fstat(&lock) {
-        Ok(st) if st.st_uid == euid && st.st_mode & 0o7777 == 0o700 => {}
-        _ => return Ok(None),
+    if !private_to(&lock, euid) {
+        return Ok(None);
     }
     // A slot made just now is clean by construction and gets its mark (which also finds
     // out whether marks can be kept here); any other must have it.
@@ -143,6 +142,12 @@ fn try_slot(path: PathBuf, euid: u32) -> io::Result<Option<Slot>> {
         return Ok(None);
     }
     Ok(Some(Slot { path, lock }))
+}
+
+/// Whether the directory open at `dir` is `euid`'s with mode 0700.
+fn private_to(dir: &OwnedFd, euid: u32) -> bool {
+    matches!(nix::sys::stat::fstat(dir),
+        Ok(st) if st.st_uid == euid && st.st_mode & 0o7777 == 0o700)
 }
 
 fn mark_clean(fd: RawFd) -> io::Result<()> {
@@ -225,10 +230,8 @@ impl Slot {
     pub fn reusable(&self, writable: &[PathBuf]) -> bool {
         let euid = unsafe { libc::geteuid() };
         let fd = self.lock.as_raw_fd();
-        let private = matches!(nix::sys::stat::fstat(&self.lock),
-            Ok(st) if st.st_uid == euid && st.st_mode & 0o7777 == 0o700);
         let base = self.path.parent().unwrap_or(&self.path);
-        private
+        private_to(&self.lock, euid)
             && !overlaps(base, writable)
             && is_marked(fd).unwrap_or(false)
             && !has_entries(fd).unwrap_or(true)
