@@ -12,66 +12,9 @@ Prints each build's median and p90 in ms.
 """
 
 import argparse
-import json
-import statistics
-import subprocess
 import sys
-import time
 
-
-class Server:
-    def __init__(self, chitti: str, workspace: str, backend: str):
-        self.name = chitti
-        self.proc = subprocess.Popen(
-            [chitti, "mcp", "--backend", backend, "-w", workspace],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.DEVNULL,
-            bufsize=0,
-        )
-        self.next_id = 0
-        self.times: list[float] = []
-
-    def send(self, message: dict) -> None:
-        self.proc.stdin.write((json.dumps(message) + "\n").encode())
-
-    def request(self, method: str, params: dict) -> dict:
-        self.next_id += 1
-        self.send({"jsonrpc": "2.0", "id": self.next_id, "method": method, "params": params})
-        while True:
-            line = self.proc.stdout.readline()
-            if not line:
-                sys.exit(f"{self.name}: the server closed the connection")
-            reply = json.loads(line)
-            if reply.get("id") == self.next_id:
-                if "error" in reply:
-                    sys.exit(f"{self.name}: {method} failed: {reply['error']}")
-                return reply["result"]
-
-    def start(self) -> None:
-        self.request(
-            "initialize",
-            {
-                "protocolVersion": "2025-06-18",
-                "capabilities": {},
-                "clientInfo": {"name": "compare-mcp", "version": "1"},
-            },
-        )
-        self.send({"jsonrpc": "2.0", "method": "notifications/initialized"})
-
-    def call(self, command: str) -> float:
-        started = time.perf_counter()
-        result = self.request(
-            "tools/call", {"name": "execute_bash", "arguments": {"command": command}}
-        )
-        elapsed = (time.perf_counter() - started) * 1000
-        if result.get("isError") or result["structuredContent"]["exit_code"] != 0:
-            sys.exit(f"{self.name}: the call failed: {result}")
-        return elapsed
-
-    def stop(self) -> None:
-        self.proc.stdin.close()
-        self.proc.wait(timeout=10)
+from mcp_bench import McpServer, median_and_p90
 
 
 def main() -> int:
@@ -83,23 +26,20 @@ def main() -> int:
     parser.add_argument("chitti", nargs="+")
     args = parser.parse_args()
 
-    servers = [Server(c, args.workspace, args.backend) for c in args.chitti]
+    servers = [McpServer(c, args.workspace, args.backend) for c in args.chitti]
+    times: list[list[float]] = [[] for _ in servers]
     for server in servers:
-        server.start()
-        for _ in range(10):
-            server.call(args.command)
+        server.start(warm_up=10, command=args.command)
     for round_ in range(args.calls):
-        order = servers if round_ % 2 == 0 else list(reversed(servers))
-        for server in order:
-            server.times.append(server.call(args.command))
+        order = range(len(servers)) if round_ % 2 == 0 else reversed(range(len(servers)))
+        for k in order:
+            times[k].append(servers[k].call(args.command))
     for server in servers:
         server.stop()
 
-    base = statistics.median(servers[0].times)
-    for server in servers:
-        times = sorted(server.times)
-        median = statistics.median(times)
-        p90 = times[int(len(times) * 0.9) - 1]
+    base = median_and_p90(times[0])[0]
+    for server, own in zip(servers, times):
+        median, p90 = median_and_p90(own)
         print(f"{median:8.3f} ms  {median - base:+.3f}  p90 {p90:.3f}  {server.name}")
     return 0
 
