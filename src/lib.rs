@@ -2,7 +2,7 @@
 //!
 //! Layers, top to bottom (arrows only point down): `cli` → `agent`/`mcp` → `tools` →
 //! `exec` → `sandbox` → `policy`. `name_service` is a leaf that `policy` and `provider` use;
-//! `canonical` is a leaf for every layer.
+//! `canonical` and `dir_entries` are leaves for every layer.
 //!
 //! Two binaries link this library: `chitti` (src/main.rs: the sandbox commands and doctor,
 //! what every sandboxed call starts) and `chitti-agent` (src/bin/chitti-agent.rs: `run`,
@@ -12,6 +12,7 @@ pub mod agent;
 pub mod canonical;
 pub mod cli;
 pub mod config;
+pub mod dir_entries;
 pub mod exec;
 #[cfg(test)]
 mod golden;

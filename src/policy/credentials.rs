@@ -76,15 +76,12 @@ pub fn expand_into(pattern: &Path, out: &mut Vec<PathBuf>) {
     // Keep the bare prefix too: if it is created later it must still be covered where the
     // backend can cover a missing path.
     out.push(parent.join(prefix));
-    if let Ok(entries) = std::fs::read_dir(parent) {
-        for entry in entries.flatten() {
-            let file_name = entry.file_name();
-            let candidate = file_name.to_string_lossy();
-            if candidate.starts_with(prefix) && candidate != prefix {
-                out.push(parent.join(&file_name));
-            }
+    crate::dir_entries::for_each_entry(parent, |file_name, _| {
+        let candidate = file_name.to_string_lossy();
+        if candidate.starts_with(prefix) && candidate != prefix {
+            out.push(parent.join(file_name));
         }
-    }
+    });
 }
 
 #[cfg(test)]

@@ -76,14 +76,36 @@ impl ChittiDirs {
     }
 }
 
-/// The calling user's home directory from the user database (/etc/passwd in a static
-/// build: see `name_service`).
+/// The calling user's home directory from the user database: /etc/passwd, read here, and
+/// the C library's lookup for a user that /etc/passwd does not list (musl asks nscd;
+/// a static glibc has `files` only, see `name_service`). Reading the file here rather
+/// than through `getpwuid` spares every call musl's stdio buffers, which its allocator
+/// maps and unmaps again (two `munmap`s, each a TLB flush).
 fn home_from_passwd() -> Option<PathBuf> {
+    let uid = nix::unistd::getuid().as_raw();
+    if let Some(home) = std::fs::read("/etc/passwd")
+        .ok()
+        .and_then(|text| passwd_home(&text, uid))
+    {
+        return Some(home);
+    }
     crate::name_service::builtin_sources_only();
     nix::unistd::User::from_uid(nix::unistd::getuid())
         .ok()
         .flatten()
         .map(|u| u.dir)
+}
+
+/// The home directory (sixth field) of the first /etc/passwd line whose third field is
+/// `uid`, as the C library's `files` source reads it: `name:password:uid:gid:gecos:dir:shell`.
+fn passwd_home(passwd: &[u8], uid: u32) -> Option<PathBuf> {
+    use std::os::unix::ffi::OsStrExt;
+    let uid = uid.to_string();
+    passwd.split(|b| *b == b'\n').find_map(|line| {
+        let fields: Vec<&[u8]> = line.split(|b| *b == b':').collect();
+        (fields.len() == 7 && fields[2] == uid.as_bytes())
+            .then(|| PathBuf::from(std::ffi::OsStr::from_bytes(fields[5])))
+    })
 }
 
 /// What the caller asks for, on top of the profile.
@@ -155,7 +177,10 @@ impl Policy {
         dirs: &ChittiDirs,
         caller_env: impl IntoIterator<Item = (OsString, OsString)>,
     ) -> Result<Policy, PolicyError> {
-        let workspace = workspace::validate(workspace, &dirs.home, "workspace")?;
+        // Resolved once: every writable root is checked against it, and the credential
+        // paths under it are placed beneath it.
+        let home = canonicalize(&dirs.home).unwrap_or_else(|_| dirs.home.clone());
+        let workspace = workspace::validate(workspace, &home, "workspace")?;
         env::validate_allow(&profile.env_allow)
             .map_err(|e| PolicyError::Profile(format!("profile `{}`: {e}", profile.name)))?;
 
@@ -171,16 +196,18 @@ impl Policy {
                             profile.name
                         ))
                     })?;
+                    // `{workspace}` itself was checked and resolved above.
+                    if path == workspace {
+                        push_unique(&mut writable, workspace.clone());
+                        continue;
+                    }
                     let what = format!("writable root `{entry}` of profile `{}`", profile.name);
-                    push_unique(
-                        &mut writable,
-                        workspace::validate(&path, &dirs.home, &what)?,
-                    );
+                    push_unique(&mut writable, workspace::validate(&path, &home, &what)?);
                 }
             }
         }
         for extra in &overrides.extra_writable {
-            let path = workspace::validate(extra, &dirs.home, "--writable directory")?;
+            let path = workspace::validate(extra, &home, "--writable directory")?;
             push_unique(&mut writable, path);
         }
 
@@ -209,7 +236,6 @@ impl Policy {
             credentials::expand_into(&path, &mut deny_candidates);
         }
         let mut deny_read = Vec::new();
-        let home = canonicalize(&dirs.home).unwrap_or_else(|_| dirs.home.clone());
         for (index, path) in deny_candidates.into_iter().enumerate() {
             // Most credential paths do not exist: one lstat, then a lexical path under the
             // canonical home, instead of resolving every ancestor.
@@ -506,21 +532,40 @@ mod tests {
         )
     }
 
-    /// Without HOME, the home directory comes from the user database. Checked against
-    /// /etc/passwd read directly, which proves that the statically linked lookup works.
+    /// Without HOME, the home directory comes from the user database: what chitti reads
+    /// from /etc/passwd must be what the C library's lookup says (which also proves that
+    /// the statically linked lookup works).
     #[test]
     fn home_without_home_variable_comes_from_passwd() {
-        let uid = nix::unistd::getuid().as_raw().to_string();
-        let passwd = std::fs::read_to_string("/etc/passwd").unwrap();
-        let entry = passwd.lines().find_map(|line| {
-            let fields: Vec<&str> = line.split(':').collect();
-            (fields.len() == 7 && fields[2] == uid).then(|| PathBuf::from(fields[5]))
-        });
-        let Some(expected) = entry else {
-            eprintln!("SKIP: uid {uid} has no /etc/passwd entry (another NSS source holds it)");
-            return;
-        };
-        assert_eq!(home_from_passwd(), Some(expected));
+        let uid = nix::unistd::getuid();
+        let from_libc = nix::unistd::User::from_uid(uid).unwrap().map(|u| u.dir);
+        assert!(
+            from_libc.is_some(),
+            "uid {uid} has no entry in the user database"
+        );
+        assert_eq!(home_from_passwd(), from_libc);
+        let passwd = std::fs::read("/etc/passwd").unwrap();
+        if passwd_home(&passwd, uid.as_raw()).is_none() {
+            eprintln!("note: uid {uid} is not in /etc/passwd; the C library's lookup answered");
+        }
+    }
+
+    #[test]
+    fn passwd_home_reads_the_sixth_field_of_the_first_line_for_the_uid() {
+        let passwd = b"# a comment\n\
+            root:x:0:0:root:/root:/bin/bash\n\
+            short:x:1000\n\
+            alice:x:1000:1000:Alice, Room 1:/home/alice:/bin/sh\n\
+            alias:x:1000:1000::/home/alias:/bin/sh\n\
+            bob:x:10000:10000::/srv/bob:/usr/sbin/nologin";
+        assert_eq!(passwd_home(passwd, 0), Some(PathBuf::from("/root")));
+        assert_eq!(
+            passwd_home(passwd, 1000),
+            Some(PathBuf::from("/home/alice"))
+        );
+        assert_eq!(passwd_home(passwd, 10000), Some(PathBuf::from("/srv/bob")));
+        assert_eq!(passwd_home(passwd, 100), None);
+        assert_eq!(passwd_home(passwd, 1), None);
     }
 
     #[test]

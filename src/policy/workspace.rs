@@ -49,7 +49,8 @@ const SYSTEM_DIRS: &[&str] = &[
 /// configuration, and runtime sockets.
 const SYSTEM_TREES: &[&str] = &["/proc", "/sys", "/dev", "/boot", "/etc", "/run", "/var/run"];
 
-/// Checks a directory and returns its canonical form.
+/// Checks a directory and returns its canonical form. `home` must be canonical already:
+/// a policy resolves it once for all its writable roots.
 pub fn validate(path: &Path, home: &Path, what: &str) -> Result<PathBuf, PolicyError> {
     let meta = std::fs::metadata(path).map_err(|e| {
         PolicyError::Workspace(format!(
@@ -67,7 +68,6 @@ pub fn validate(path: &Path, home: &Path, what: &str) -> Result<PathBuf, PolicyE
     let canonical = canonicalize(path).map_err(|e| {
         PolicyError::Workspace(format!("cannot resolve {what} {}: {e}", path.display()))
     })?;
-    let home = canonicalize(home).unwrap_or_else(|_| home.to_path_buf());
     let refuse = |why: &str| {
         Err(PolicyError::Workspace(format!(
             "refusing {what} {}: {why}.\n\
@@ -101,17 +101,19 @@ mod tests {
 
     #[test]
     fn refuses_root_home_and_system_dirs() {
-        let home = tempfile::tempdir().unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let home = dir.path().canonicalize().unwrap();
         for bad in ["/", "/usr", "/etc", "/tmp", "/proc/self"] {
-            let err = validate(Path::new(bad), home.path(), "workspace");
+            let err = validate(Path::new(bad), &home, "workspace");
             assert!(err.is_err(), "{bad} accepted");
         }
-        let err = validate(home.path(), home.path(), "workspace")
+        let err = validate(&home, &home, "workspace").unwrap_err().to_string();
+        assert!(err.contains("home directory"), "{err}");
+        let parent = home.parent().unwrap();
+        let err = validate(parent, &home, "workspace")
             .unwrap_err()
             .to_string();
-        assert!(err.contains("home directory"), "{err}");
-        let parent = home.path().parent().unwrap();
-        assert!(validate(parent, home.path(), "workspace").is_err());
+        assert!(err.contains("contains your home directory"), "{err}");
     }
 
     #[test]

@@ -9,6 +9,8 @@
 use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
 
+use crate::dir_entries::{for_each_entry, EntryKind};
+
 /// The only device nodes granted: they reach nothing outside the process. Everything
 /// else in /dev (raw disks, /dev/mem, /dev/port, other terminals) stays unreadable, like
 /// bubblewrap's minimal /dev.
@@ -83,11 +85,11 @@ pub fn plan(spec: &Spec) -> Vec<Rule> {
                 return;
             }
             let grant = match kind {
-                Kind::Dir => Grant::ReadTree,
-                Kind::Other => Grant::ReadFile,
+                EntryKind::Dir => Grant::ReadTree,
+                EntryKind::Other => Grant::ReadFile,
                 // A symlink is followed when used and checked at its target; granting the
                 // target here could re-open a denied path.
-                Kind::Symlink => return,
+                EntryKind::Symlink => return,
             };
             push(dir.join(name), grant);
         });
@@ -104,72 +106,6 @@ pub fn plan(spec: &Spec) -> Vec<Rule> {
         push(root.clone(), Grant::Write);
     }
     rules
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Kind {
-    Dir,
-    Symlink,
-    Other,
-}
-
-/// Calls `f` with the name and kind of every entry of `dir` but `.` and `..`, in the
-/// directory's order. An unreadable directory has no entries; an entry whose kind cannot
-/// be learnt is skipped (left ungranted). On Linux the entries are read with getdents64
-/// into one buffer: std's `read_dir` goes through the C library's `opendir`, whose
-/// allocation musl maps and unmaps again for every directory.
-#[cfg(target_os = "linux")]
-fn for_each_entry(dir: &Path, mut f: impl FnMut(&OsStr, Kind)) {
-    use rustix::fs::{FileType, Mode, OFlags, RawDir};
-    use std::os::unix::ffi::OsStrExt;
-    let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC;
-    let Ok(fd) = rustix::fs::open(dir, flags, Mode::empty()) else {
-        return;
-    };
-    let mut buf = [std::mem::MaybeUninit::<u8>::uninit(); 16 * 1024];
-    let mut entries = RawDir::new(&fd, &mut buf);
-    while let Some(Ok(entry)) = entries.next() {
-        let name = entry.file_name();
-        if matches!(name.to_bytes(), b"." | b"..") {
-            continue;
-        }
-        let file_type = match entry.file_type() {
-            // Some filesystems do not say in the listing: ask, without following.
-            FileType::Unknown => {
-                match rustix::fs::statat(&fd, name, rustix::fs::AtFlags::SYMLINK_NOFOLLOW) {
-                    Ok(stat) => FileType::from_raw_mode(stat.st_mode),
-                    Err(_) => continue,
-                }
-            }
-            known => known,
-        };
-        let kind = match file_type {
-            FileType::Directory => Kind::Dir,
-            FileType::Symlink => Kind::Symlink,
-            _ => Kind::Other,
-        };
-        f(OsStr::from_bytes(name.to_bytes()), kind);
-    }
-}
-
-#[cfg(not(target_os = "linux"))]
-fn for_each_entry(dir: &Path, mut f: impl FnMut(&OsStr, Kind)) {
-    let Ok(entries) = std::fs::read_dir(dir) else {
-        return;
-    };
-    for entry in entries.flatten() {
-        let Ok(file_type) = entry.file_type() else {
-            continue;
-        };
-        let kind = if file_type.is_symlink() {
-            Kind::Symlink
-        } else if file_type.is_dir() {
-            Kind::Dir
-        } else {
-            Kind::Other
-        };
-        f(entry.file_name().as_os_str(), kind);
-    }
 }
 
 pub fn describe(rules: &[Rule]) -> String {

@@ -178,14 +178,10 @@ pub struct NestedRepoGuard {
 impl NestedRepoGuard {
     /// Finds, before the call, every repository reachable from the writable roots' own
     /// repositories: gitlinks (through split indexes, nested any level deep) and the
-    /// other worktrees of the same repository.
+    /// other worktrees of the same repository. The roots are a policy's, canonical already.
     pub fn before(writable: &[PathBuf]) -> NestedRepoGuard {
-        let roots: Vec<PathBuf> = writable
-            .iter()
-            .map(|r| canonicalize(r).unwrap_or_else(|_| r.clone()))
-            .collect();
         let mut guard = NestedRepoGuard {
-            roots,
+            roots: writable.to_vec(),
             before: HashSet::new(),
             any_repo: false,
             since: SystemTime::now() - Duration::from_millis(50),
