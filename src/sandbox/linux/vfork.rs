@@ -29,7 +29,33 @@ struct Stack {
     len: usize,
 }
 
+// SAFETY: the mapping belongs to whoever holds the `Stack`; nothing else points into it
+// once the child has exec'd or exited.
+unsafe impl Send for Stack {}
+
+/// A stack kept for the next spawn instead of unmapped: `munmap` flushes the TLB of every
+/// CPU the process has run on (an interrupt to each, on a virtual machine, landing on the
+/// command just started), and sessions spawn again. `try_lock` only: a process forked
+/// while another thread held the lock must not wait for it forever.
+static SPARE: std::sync::Mutex<Option<Stack>> = std::sync::Mutex::new(None);
+
 impl Stack {
+    fn take() -> io::Result<Stack> {
+        match SPARE.try_lock().ok().and_then(|mut spare| spare.take()) {
+            Some(stack) => Ok(stack),
+            None => Stack::new(),
+        }
+    }
+
+    /// Keeps the stack for the next spawn if no other is kept, else unmaps it.
+    fn put_back(self) {
+        if let Ok(mut spare) = SPARE.try_lock() {
+            if spare.is_none() {
+                *spare = Some(self);
+            }
+        }
+    }
+
     fn new() -> io::Result<Stack> {
         let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) }.max(4096) as usize;
         let len = STACK_BYTES + page;
@@ -83,7 +109,7 @@ extern "C" fn trampoline(arg: *mut libc::c_void) -> libc::c_int {
 /// `child` must follow the rules in the module documentation and should end in
 /// `execve` or `_exit` (if it returns, the child exits with 127).
 pub unsafe fn spawn(child: &mut dyn FnMut()) -> io::Result<libc::pid_t> {
-    let stack = Stack::new()?;
+    let stack = Stack::take()?;
     let mut all: libc::sigset_t = std::mem::zeroed();
     let mut previous: libc::sigset_t = std::mem::zeroed();
     libc::sigfillset(&mut all);
@@ -98,7 +124,7 @@ pub unsafe fn spawn(child: &mut dyn FnMut()) -> io::Result<libc::pid_t> {
     let error = io::Error::last_os_error();
     libc::pthread_sigmask(libc::SIG_SETMASK, &previous, std::ptr::null_mut());
     // The child has exec'd or exited: its stack is no longer in use.
-    drop(stack);
+    stack.put_back();
     if pid < 0 {
         return Err(error);
     }
