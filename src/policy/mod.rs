@@ -82,15 +82,15 @@ impl ChittiDirs {
 /// than through `getpwuid` spares every call musl's stdio buffers, which its allocator
 /// maps and unmaps again (two `munmap`s, each a TLB flush).
 fn home_from_passwd() -> Option<PathBuf> {
-    let uid = nix::unistd::getuid().as_raw();
+    let uid = nix::unistd::getuid();
     if let Some(home) = std::fs::read("/etc/passwd")
         .ok()
-        .and_then(|text| passwd_home(&text, uid))
+        .and_then(|text| passwd_home(&text, uid.as_raw()))
     {
         return Some(home);
     }
     crate::name_service::builtin_sources_only();
-    nix::unistd::User::from_uid(nix::unistd::getuid())
+    nix::unistd::User::from_uid(uid)
         .ok()
         .flatten()
         .map(|u| u.dir)
