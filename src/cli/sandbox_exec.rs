@@ -105,18 +105,18 @@ pub fn run(args: ExecArgs) -> i32 {
         // supervisor is forked from a smaller process.
         #[cfg(target_os = "linux")]
         let (started, runtime) = {
-            let mut started = match early {
+            let started = match early {
                 Some((early, fds)) => exec::start_early(
                     early,
                     sandbox::prepare_started_bwrap(&setup.policy, &args.command, &cwd, fds)?,
                 )?,
-                None => exec::start(
+                None => exec::start_and_wait(
                     sandbox::prepare(setup.backend, &setup.policy, &args.command, &cwd)?,
                     stdin_input(),
                     output,
+                    Duration::from_secs(1),
                 )?,
             };
-            started.wait_until_running(Duration::from_secs(1));
             (started, runtime()?)
         };
         #[cfg(not(target_os = "linux"))]

@@ -164,7 +164,8 @@ enum Running {
         status: OwnedFd,
         /// Dropping it makes the supervisor kill the tree and exit.
         lifeline: Option<OwnedFd>,
-        /// At EOF once the command has exec'd or failed to (see [`Started::wait_until_running`]).
+        /// At EOF once the command has exec'd or failed to (see [`start_and_wait`]); `None`
+        /// once waited for.
         started: Option<OwnedFd>,
         /// The program, for naming it when its exec fails.
         program: String,
@@ -209,33 +210,6 @@ pub struct Started {
     running: Running,
 }
 
-impl Started {
-    /// Blocks, for `limit` at most, until the command has been started. A fork often
-    /// lands on the forking process's CPU, where it waits until the parent blocks: a
-    /// one-shot call that went on to build its runtime (some 0.08 ms) kept the
-    /// supervisor and the command waiting that long (seen in scheduler traces). Waiting
-    /// here lets the command start at once, and the runtime is built while it runs.
-    /// Past `limit` (an exec stuck on a slow filesystem) the call goes on as before: the
-    /// runtime's timeout and signals take over.
-    pub fn wait_until_running(&mut self, limit: Duration) {
-        #[cfg(target_os = "linux")]
-        if let Running::Supervised { started, .. } = &mut self.running {
-            if let Some(fd) = started.take() {
-                let mut poll = libc::pollfd {
-                    fd: fd.as_raw_fd(),
-                    events: libc::POLLIN,
-                    revents: 0,
-                };
-                let ms = limit.as_millis().min(i32::MAX as u128) as i32;
-                // EINTR or a timeout: go on all the same.
-                unsafe { libc::poll(&mut poll, 1, ms) };
-            }
-        }
-        #[cfg(not(target_os = "linux"))]
-        let _ = limit;
-    }
-}
-
 /// What a call keeps of its [`Prepared`] besides the launch, until it is over.
 struct Call {
     backend: Backend,
@@ -267,6 +241,34 @@ impl Call {
 /// runtime, so a one-shot call can build its runtime while the command starts up; on
 /// other systems it must run inside one (the child is a `tokio::process::Child`).
 pub fn start(prepared: Prepared, input: Input, output: Output) -> Result<Started, SandboxError> {
+    start_with(prepared, input, output, None)
+}
+
+/// [`start`], then blocks, for `limit` at most, until the command has been started (for a
+/// Landlock launch; bwrap is not waited for). A fork often lands on the forking process's
+/// CPU, where it waits until the parent blocks: a one-shot call that went on to build its
+/// runtime (some 0.08 ms) kept the supervisor and the command waiting that long (seen in
+/// scheduler traces), and even the few closes after the fork cost their copy-on-write
+/// faults. Waiting at once lets the command start first; the runtime is built while it
+/// runs. Past `limit` (an exec stuck on a slow filesystem) the call goes on as before: the
+/// runtime's timeout and signals take over.
+pub fn start_and_wait(
+    prepared: Prepared,
+    input: Input,
+    output: Output,
+    limit: Duration,
+) -> Result<Started, SandboxError> {
+    start_with(prepared, input, output, Some(limit))
+}
+
+fn start_with(
+    prepared: Prepared,
+    input: Input,
+    output: Output,
+    wait_for_start: Option<Duration>,
+) -> Result<Started, SandboxError> {
+    #[cfg(not(target_os = "linux"))]
+    let _ = wait_for_start;
     let (launch, call) = Call::split(prepared);
     let is_bwrap = matches!(launch, Launch::Command { .. });
     let Pipes {
@@ -365,6 +367,7 @@ pub fn start(prepared: Prepared, input: Input, output: Output) -> Result<Started
                     stdout: child_stdout,
                     stderr: child_stderr,
                 },
+                wait_for_start,
             )
             .map_err(|e| SandboxError::Unavailable(format!("cannot start the sandbox: {e}")))?;
             leader = None;
@@ -373,7 +376,7 @@ pub fn start(prepared: Prepared, input: Input, output: Output) -> Result<Started
                 pidfd: sup.pidfd,
                 status: sup.status,
                 lifeline: Some(sup.lifeline),
-                started: Some(sup.started),
+                started: sup.started,
                 program,
             }
         }
@@ -496,7 +499,7 @@ async fn follow(
     } = started;
     tokio::pin!(cancel);
     // Let the command start before anything else is set up here, as a one-shot call does
-    // with `Started::wait_until_running`: a session's supervisor, forked a moment ago,
+    // with `start_and_wait`: a session's supervisor, forked a moment ago,
     // usually waits for this thread's CPU, and registering the stdio pipes and spawning
     // their readers first kept it waiting about 0.1 ms (seen in an MCP server's scheduler
     // trace). A cancellation meanwhile ends the wait.
@@ -924,7 +927,8 @@ mod tests {
     use crate::tools::testing::Fixture;
 
     /// A landlock call of `sleep 30`, just started (None, said loudly, without Landlock).
-    fn start_sleep(fx: &Fixture) -> Option<Started> {
+    /// Starts `sleep 30` under Landlock, waiting that long at most for it to start.
+    fn start_sleep(fx: &Fixture, wait_for_start: Option<Duration>) -> Option<Started> {
         if let Some(why) = Capabilities::get().landlock_blocker() {
             eprintln!("SKIP: {why}");
             return None;
@@ -932,7 +936,8 @@ mod tests {
         let command: Vec<std::ffi::OsString> = vec!["sleep".into(), "30".into()];
         let prepared =
             crate::sandbox::prepare(Backend::Landlock, &fx.policy, &command, &fx.ws).unwrap();
-        Some(start(prepared, Input::Null, Output::Capture { max_bytes: 64 }).unwrap())
+        let output = Output::Capture { max_bytes: 64 };
+        Some(start_with(prepared, Input::Null, output, wait_for_start).unwrap())
     }
 
     /// Checked from outside: the supervisor's child already runs `sleep` (it has exec'd).
@@ -957,13 +962,12 @@ mod tests {
 
     /// The wait ends when the command runs its program, not when the command ends.
     #[test]
-    fn wait_until_running_returns_once_the_command_has_execd() {
+    fn start_and_wait_returns_once_the_command_has_execd() {
         let fx = Fixture::new();
-        let Some(mut started) = start_sleep(&fx) else {
+        let waited = Instant::now();
+        let Some(started) = start_sleep(&fx, Some(Duration::from_secs(20))) else {
             return;
         };
-        let waited = Instant::now();
-        started.wait_until_running(Duration::from_secs(20));
         assert!(
             waited.elapsed() < Duration::from_secs(10),
             "waited {:?}: until the command ended?",
@@ -985,7 +989,7 @@ mod tests {
     #[test]
     fn until_running_returns_once_the_command_has_execd() {
         let fx = Fixture::new();
-        let Some(mut started) = start_sleep(&fx) else {
+        let Some(mut started) = start_sleep(&fx, None) else {
             return;
         };
         let rt = runtime();

@@ -40,6 +40,34 @@ fn lowered(value: u64, current: &libc::rlimit) -> libc::rlimit {
     }
 }
 
+/// Sets both limits of `resource` to `value`, or to the hard limit if that is lower.
+/// Usually one system call: the new limits are set and the old ones read at once. Where
+/// that raised the hard limit (root may), the old hard limit is put back before anything
+/// runs under it; where raising is refused, the old limits are read first.
+fn lower_own(resource: Resource, value: u64) -> std::io::Result<()> {
+    let mut old = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    let wanted = value as libc::rlim_t;
+    let both = libc::rlimit {
+        rlim_cur: wanted,
+        rlim_max: wanted,
+    };
+    // SAFETY: prlimit reads a valid new limit and writes a valid old one.
+    if unsafe { libc::prlimit(0, resource, &both, &mut old) } == 0 {
+        if old.rlim_max >= wanted {
+            return Ok(());
+        }
+    } else if unsafe { libc::getrlimit(resource, &mut old) } < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    if unsafe { libc::setrlimit(resource, &lowered(value, &old)) } < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
+}
+
 impl Rlimits {
     /// The profile's limits by resource.
     fn by_resource(&self) -> [(Resource, Option<u64>); 4] {
@@ -54,26 +82,14 @@ impl Rlimits {
     /// Lowers the limits of the calling process (never raises a hard limit). Core dumps
     /// are always off: a core file is a copy of memory written into the workspace.
     /// Also masks the "others may write" bit in the umask.
-    /// Async-signal-safe: only getrlimit/setrlimit/umask.
+    /// Async-signal-safe: only prlimit/getrlimit/setrlimit/umask.
     pub fn apply(&self) -> std::io::Result<()> {
-        let lower = |resource, value: u64| -> std::io::Result<()> {
-            let mut current = libc::rlimit {
-                rlim_cur: 0,
-                rlim_max: 0,
-            };
-            if unsafe { libc::getrlimit(resource, &mut current) } < 0
-                || unsafe { libc::setrlimit(resource, &lowered(value, &current)) } < 0
-            {
-                return Err(std::io::Error::last_os_error());
-            }
-            Ok(())
-        };
         for (resource, value) in self.by_resource() {
             if let Some(value) = value {
-                lower(resource, value)?;
+                lower_own(resource, value)?;
             }
         }
-        lower(libc::RLIMIT_CORE, 0)?;
+        lower_own(libc::RLIMIT_CORE, 0)?;
         // Files are not world-writable by default. (A command may still clear its umask:
         // tools call umask(0) just to read it, so seccomp cannot refuse that.)
         unsafe {
@@ -123,5 +139,89 @@ impl Rlimits {
             show(self.max_file_size_bytes),
             show(self.max_address_space_bytes)
         )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::fd::AsRawFd;
+
+    fn get(resource: Resource) -> (u64, u64) {
+        let mut l = libc::rlimit {
+            rlim_cur: 0,
+            rlim_max: 0,
+        };
+        assert_eq!(unsafe { libc::getrlimit(resource, &mut l) }, 0);
+        (l.rlim_cur as u64, l.rlim_max as u64)
+    }
+
+    /// Applies limits in a forked child (they are per process) and reads them back there;
+    /// the values come back over a pipe. Run as root the kernel would let `apply` raise a
+    /// hard limit: it must not.
+    #[test]
+    fn apply_lowers_limits_and_never_raises_a_hard_one() {
+        let (read, write) = nix::unistd::pipe().unwrap();
+        let pid = unsafe { libc::fork() };
+        assert!(pid >= 0);
+        if pid == 0 {
+            // The child: only system calls, then _exit.
+            let start = libc::rlimit {
+                rlim_cur: 800,
+                rlim_max: 1000,
+            };
+            let mut out = [0u64; 7];
+            if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &start) } == 0 {
+                // Whether this process could raise a hard limit (CAP_SYS_RESOURCE): only
+                // then is `lower_own`'s putting back exercised.
+                let higher = libc::rlimit {
+                    rlim_cur: 1000,
+                    rlim_max: 1001,
+                };
+                if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &higher) } == 0 {
+                    out[6] = 1;
+                    unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &start) };
+                }
+                let above = Rlimits {
+                    max_open_files: Some(2000),
+                    ..Rlimits::default()
+                };
+                if above.apply().is_ok() {
+                    (out[0], out[1]) = get(libc::RLIMIT_NOFILE);
+                }
+                let below = Rlimits {
+                    max_open_files: Some(500),
+                    ..Rlimits::default()
+                };
+                if below.apply().is_ok() {
+                    (out[2], out[3]) = get(libc::RLIMIT_NOFILE);
+                }
+                (out[4], out[5]) = get(libc::RLIMIT_CORE);
+            }
+            let bytes: Vec<u8> = out.iter().flat_map(|v| v.to_ne_bytes()).collect();
+            unsafe {
+                libc::write(write.as_raw_fd(), bytes.as_ptr().cast(), bytes.len());
+                libc::_exit(0);
+            }
+        }
+        drop(write);
+        let mut buf = Vec::new();
+        std::io::Read::read_to_end(&mut std::fs::File::from(read), &mut buf).unwrap();
+        unsafe { libc::waitpid(pid, std::ptr::null_mut(), 0) };
+        let v: Vec<u64> = buf
+            .chunks(8)
+            .map(|c| u64::from_ne_bytes(c.try_into().unwrap()))
+            .collect();
+        assert_eq!(v.len(), 7, "the child reported {buf:?}");
+        if v[6] == 0 {
+            eprintln!(
+                "NOTE: this process may not raise hard limits (no CAP_SYS_RESOURCE): \
+                 checked that a limit above the hard one is refused and clamped, not that \
+                 a raise the kernel allowed is put back"
+            );
+        }
+        assert_eq!((v[0], v[1]), (1000, 1000), "2000 asked, hard limit 1000");
+        assert_eq!((v[2], v[3]), (500, 500), "500 asked");
+        assert_eq!((v[4], v[5]), (0, 0), "core dumps stay off");
     }
 }

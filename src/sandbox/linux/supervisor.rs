@@ -110,8 +110,9 @@ pub struct Supervised {
     pub lifeline: OwnedFd,
     /// One JSON [`Report`] line, then EOF.
     pub status: OwnedFd,
-    /// At EOF once the command has been started (it has exec'd, or failed to).
-    pub started: OwnedFd,
+    /// At EOF once the command has been started (it has exec'd, or failed to); `None`
+    /// when [`spawn`] already waited for that.
+    pub started: Option<OwnedFd>,
 }
 
 /// The command's stdio: `None` keeps chitti's own descriptor.
@@ -131,8 +132,13 @@ fn last_error() -> i32 {
         .unwrap_or(libc::EIO)
 }
 
-/// Forks the supervisor. Returns once it runs; the command starts right after.
-pub fn spawn(mut spec: LaunchSpec, stdio: ChildStdio) -> std::io::Result<Supervised> {
+/// Forks the supervisor. With `wait_for_start`, returns once the command has exec'd (or
+/// failed to), or that long at most; else at once, and `Supervised::started` says when.
+pub fn spawn(
+    mut spec: LaunchSpec,
+    stdio: ChildStdio,
+    wait_for_start: Option<std::time::Duration>,
+) -> std::io::Result<Supervised> {
     let (lifeline_read, lifeline_write) = pipe()?;
     let (status_read, status_write) = pipe()?;
     let (started_read, started_write) = pipe()?;
@@ -164,9 +170,19 @@ pub fn spawn(mut spec: LaunchSpec, stdio: ChildStdio) -> std::io::Result<Supervi
         };
         unsafe { supervisor_main(&spec, &execve, keep, aftermath) }
     }
+    // The supervisor was most likely placed on this CPU, where it runs only once this
+    // process blocks: block first, and close the rest while the command runs. Every page
+    // written here before blocking is a copy-on-write fault the supervisor waits behind.
+    drop(started_write);
+    let started = match wait_for_start {
+        Some(limit) => {
+            wait_readable(&started_read, limit);
+            None
+        }
+        None => Some(started_read),
+    };
     drop(lifeline_read);
     drop(status_write);
-    drop(started_write);
     drop(stdio);
     // The supervisor holds the slot's lock from here on.
     drop(spec.tmp_slot.take());
@@ -185,8 +201,20 @@ pub fn spawn(mut spec: LaunchSpec, stdio: ChildStdio) -> std::io::Result<Supervi
         pidfd,
         lifeline: lifeline_write,
         status: status_read,
-        started: started_read,
+        started,
     })
+}
+
+/// Waits until `fd` is readable (a pipe at EOF), `limit` at most. A signal or the limit
+/// ends the wait early; the caller goes on all the same.
+fn wait_readable(fd: &OwnedFd, limit: std::time::Duration) {
+    let mut poll = libc::pollfd {
+        fd: fd.as_raw_fd(),
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    let ms = limit.as_millis().min(i32::MAX as u128) as i32;
+    unsafe { libc::poll(&mut poll, 1, ms) };
 }
 
 /// The descriptors the supervisor keeps; everything else chitti had open is closed
