@@ -147,13 +147,13 @@ mod tests {
     use super::*;
     use std::os::fd::AsRawFd;
 
-    fn get(resource: Resource) -> (u64, u64) {
+    fn get(resource: Resource) -> (libc::rlim_t, libc::rlim_t) {
         let mut l = libc::rlimit {
             rlim_cur: 0,
             rlim_max: 0,
         };
         assert_eq!(unsafe { libc::getrlimit(resource, &mut l) }, 0);
-        (l.rlim_cur as u64, l.rlim_max as u64)
+        (l.rlim_cur, l.rlim_max)
     }
 
     /// Applies limits in a forked child (they are per process) and reads them back there;
@@ -170,7 +170,7 @@ mod tests {
                 rlim_cur: 800,
                 rlim_max: 1000,
             };
-            let mut out = [0u64; 7];
+            let mut out: [libc::rlim_t; 7] = [0; 7];
             if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &start) } == 0 {
                 // Whether this process could raise a hard limit (CAP_SYS_RESOURCE): only
                 // then is `lower_own`'s putting back exercised.
@@ -208,9 +208,9 @@ mod tests {
         let mut buf = Vec::new();
         std::io::Read::read_to_end(&mut std::fs::File::from(read), &mut buf).unwrap();
         unsafe { libc::waitpid(pid, std::ptr::null_mut(), 0) };
-        let v: Vec<u64> = buf
+        let v: Vec<libc::rlim_t> = buf
             .chunks(8)
-            .map(|c| u64::from_ne_bytes(c.try_into().unwrap()))
+            .map(|c| libc::rlim_t::from_ne_bytes(c.try_into().unwrap()))
             .collect();
         assert_eq!(v.len(), 7, "the child reported {buf:?}");
         if v[6] == 0 {
