@@ -5,7 +5,9 @@
 //! (Rust's goes to dlmalloc), which maps a fresh page for it and unmaps it again on free:
 //! about 8 µs per call, and a sandboxed call resolves a dozen paths (workspace, home,
 //! state directory, private TMPDIR, ...). Handing `realpath` a buffer of our own avoids
-//! both. Same resolution, same errors.
+//! both. Same resolution, same errors. The buffer comes from Rust's allocator, not the
+//! stack: realpath's own frame already takes 8 KiB of stack, and every further page of
+//! stack a call reaches is a page fault.
 
 use std::io;
 use std::path::{Path, PathBuf};
@@ -20,9 +22,9 @@ pub fn canonicalize(path: &Path) -> io::Result<PathBuf> {
     let c_path = CString::new(path.as_os_str().as_bytes())
         .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "path contains a NUL byte"))?;
     // realpath writes at most PATH_MAX bytes, the terminating NUL included.
-    let mut buf = [0 as libc::c_char; libc::PATH_MAX as usize];
-    // SAFETY: `c_path` is NUL-terminated and `buf` holds PATH_MAX bytes, which is what
-    // realpath may write.
+    let mut buf: Vec<libc::c_char> = Vec::with_capacity(libc::PATH_MAX as usize);
+    // SAFETY: `c_path` is NUL-terminated and `buf` has room for PATH_MAX bytes, which is
+    // what realpath may write.
     let resolved = unsafe { libc::realpath(c_path.as_ptr(), buf.as_mut_ptr()) };
     if resolved.is_null() {
         return Err(io::Error::last_os_error());

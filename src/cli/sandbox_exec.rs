@@ -130,11 +130,14 @@ pub fn run(args: ExecArgs) -> i32 {
             };
             (runtime, started)
         };
-        let outcome = runtime.block_on(exec::finish(
+        // Boxed: kept in this frame, the future's state (some 16 KiB) made the frame that
+        // large, and every page of it is touched (probed) on entry, before the policy is
+        // even read: page faults on the way to starting the command.
+        let outcome = runtime.block_on(Box::pin(exec::finish(
             started,
             setup.policy.timeout,
             termination_signal(),
-        ));
+        )));
         // chitti exits right after: tearing the runtime down (its drivers, the signal
         // pipe) is left to the kernel.
         std::mem::forget(runtime);
