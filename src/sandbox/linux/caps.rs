@@ -6,7 +6,7 @@
 
 use std::io;
 
-/// The highest capability number the kernel knows. Done before fork.
+/// The highest capability number the kernel knows. Async-signal-safe (syscalls only).
 ///
 /// `PR_CAPBSET_READ` answers EINVAL for a number beyond it, so a binary search finds it in
 /// six calls (cheaper than opening, reading and closing /proc/sys/kernel/cap_last_cap,
@@ -87,11 +87,12 @@ fn capget() -> io::Result<[CapData; 2]> {
 
 /// Drops every capability of the calling process. Async-signal-safe (syscalls only), so
 /// it can run between fork and exec. A process without CAP_SETPCAP cannot shrink its
-/// bounding set; with no_new_privs set it cannot gain anything from it either.
-pub fn drop_all(last_cap: u32) -> io::Result<()> {
+/// bounding set (so it does not look up how large it is); with no_new_privs set it
+/// cannot gain anything from it either.
+pub fn drop_all() -> io::Result<()> {
     if has_setpcap()? {
         check(unsafe { libc::prctl(libc::PR_SET_SECUREBITS, SECBITS_LOCKED_DOWN, 0, 0, 0) })?;
-        for cap in 0..=last_cap {
+        for cap in 0..=last_cap() {
             let ret = unsafe { libc::prctl(libc::PR_CAPBSET_DROP, cap as libc::c_ulong, 0, 0, 0) };
             // EINVAL: the kernel does not know this capability number.
             if ret < 0 && io::Error::last_os_error().raw_os_error() != Some(libc::EINVAL) {

@@ -198,7 +198,6 @@ fn prepare_supervised(
         };
         let seccomp = seccomp::program(policy.network, true)
             .map_err(|e| SandboxError::Unavailable(e.to_string()))?;
-        let last_cap = caps::last_cap();
         let ruleset = match session {
             Some(session) => {
                 // The session keeps its slot (the lease hands it back); the supervisor
@@ -236,7 +235,6 @@ fn prepare_supervised(
         Some(supervisor::Restrictions {
             landlock: ruleset,
             seccomp,
-            last_cap,
             masks,
         })
     } else {

@@ -52,7 +52,6 @@ pub enum Report {
 pub struct Restrictions {
     pub landlock: OwnedFd,
     pub seccomp: &'static seccompiler::BpfProgram,
-    pub last_cap: u32,
     /// Mounts hiding the unreadable paths, made before the capabilities go (root only).
     pub masks: Option<super::masks::Masks>,
 }
@@ -433,7 +432,7 @@ unsafe fn command_main(spec: &LaunchSpec, execve: &Execve, step: RawFd, fds: Fds
                 fail(step, errno);
             }
         }
-        if let Err(e) = caps::drop_all(r.last_cap) {
+        if let Err(e) = caps::drop_all() {
             fail(
                 b"dropping capabilities",
                 e.raw_os_error().unwrap_or(libc::EPERM),
