@@ -55,17 +55,25 @@ fn lower_own(resource: Resource, value: u64) -> std::io::Result<()> {
         rlim_max: wanted,
     };
     // SAFETY: prlimit reads a valid new limit and writes a valid old one.
-    if unsafe { libc::prlimit(0, resource, &both, &mut old) } == 0 {
-        if old.rlim_max >= wanted {
-            return Ok(());
+    let instead = if unsafe { libc::prlimit(0, resource, &both, &mut old) } == 0 {
+        put_back(value, &old)
+    } else if unsafe { libc::getrlimit(resource, &mut old) } == 0 {
+        Some(lowered(value, &old))
+    } else {
+        return Err(std::io::Error::last_os_error());
+    };
+    if let Some(limits) = instead {
+        if unsafe { libc::setrlimit(resource, &limits) } < 0 {
+            return Err(std::io::Error::last_os_error());
         }
-    } else if unsafe { libc::getrlimit(resource, &mut old) } < 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    if unsafe { libc::setrlimit(resource, &lowered(value, &old)) } < 0 {
-        return Err(std::io::Error::last_os_error());
     }
     Ok(())
+}
+
+/// Once `value` was set as both limits over `old`: what to set instead, because that
+/// raised the hard limit (only a process with CAP_SYS_RESOURCE gets that far).
+fn put_back(value: u64, old: &libc::rlimit) -> Option<libc::rlimit> {
+    (old.rlim_max < value as libc::rlim_t).then(|| lowered(value, old))
 }
 
 impl Rlimits {
@@ -156,6 +164,20 @@ mod tests {
         (l.rlim_cur, l.rlim_max)
     }
 
+    /// The put-back decision on its own: this machine's root may lack CAP_SYS_RESOURCE,
+    /// so the kernel never lets the test below reach it.
+    #[test]
+    fn a_raised_hard_limit_is_put_back_and_a_lowered_one_kept() {
+        let old = libc::rlimit {
+            rlim_cur: 800,
+            rlim_max: 1000,
+        };
+        let put = put_back(2000, &old).expect("2000 over a hard limit of 1000 is put back");
+        assert_eq!((put.rlim_cur, put.rlim_max), (1000, 1000));
+        assert!(put_back(500, &old).is_none());
+        assert!(put_back(1000, &old).is_none());
+    }
+
     /// Applies limits in a forked child (they are per process) and reads them back there;
     /// the values come back over a pipe. Run as root the kernel would let `apply` raise a
     /// hard limit: it must not.
@@ -216,8 +238,9 @@ mod tests {
         if v[6] == 0 {
             eprintln!(
                 "NOTE: this process may not raise hard limits (no CAP_SYS_RESOURCE): \
-                 checked that a limit above the hard one is refused and clamped, not that \
-                 a raise the kernel allowed is put back"
+                 checked that a limit above the hard one is refused and clamped here; \
+                 putting back a raise the kernel allowed is checked on its own \
+                 (a_raised_hard_limit_is_put_back_and_a_lowered_one_kept)"
             );
         }
         assert_eq!((v[0], v[1]), (1000, 1000), "2000 asked, hard limit 1000");
