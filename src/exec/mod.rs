@@ -926,8 +926,8 @@ mod tests {
     use crate::sandbox::Capabilities;
     use crate::tools::testing::Fixture;
 
-    /// A landlock call of `sleep 30`, just started (None, said loudly, without Landlock).
-    /// Starts `sleep 30` under Landlock, waiting that long at most for it to start.
+    /// A landlock call of `sleep 30`, just started (None, said loudly, without Landlock);
+    /// with `wait_for_start`, waited for that long at most until `sleep` runs.
     fn start_sleep(fx: &Fixture, wait_for_start: Option<Duration>) -> Option<Started> {
         if let Some(why) = Capabilities::get().landlock_blocker() {
             eprintln!("SKIP: {why}");

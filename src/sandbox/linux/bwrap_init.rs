@@ -13,7 +13,7 @@ use std::os::fd::{AsRawFd, OwnedFd};
 use std::sync::Once;
 use std::time::Duration;
 
-use super::vfork::open_pidfd;
+use super::vfork::{open_pidfd, wait_readable};
 use crate::sandbox::AfterCall;
 
 /// How long to wait for the orphan: it is already dying (bwrap starts it with
@@ -90,12 +90,7 @@ fn child_pid(status: OwnedFd) -> Option<libc::pid_t> {
 /// refuses it, and nothing here signals any process.
 fn reap(pid: libc::pid_t) {
     if let Ok(pidfd) = open_pidfd(pid) {
-        let mut poll = libc::pollfd {
-            fd: pidfd.as_raw_fd(),
-            events: libc::POLLIN,
-            revents: 0,
-        };
-        unsafe { libc::poll(&mut poll, 1, WAIT_AT_MOST.as_millis() as libc::c_int) };
+        wait_readable(&pidfd, WAIT_AT_MOST);
     }
     unsafe { libc::waitpid(pid, std::ptr::null_mut(), libc::WNOHANG | libc::__WALL) };
 }

@@ -22,7 +22,7 @@ use std::path::Path;
 use serde::{Deserialize, Serialize};
 
 use super::caps;
-use super::vfork::{c_string, open_pidfd, ExecImage, Execve};
+use super::vfork::{c_string, open_pidfd, wait_readable, ExecImage, Execve};
 use crate::sandbox::rlimits::Rlimits;
 
 /// How the command ended, as the supervisor reports it.
@@ -202,18 +202,6 @@ pub fn spawn(
         status: status_read,
         started,
     })
-}
-
-/// Waits until `fd` is readable (a pipe at EOF), `limit` at most. A signal or the limit
-/// ends the wait early; the caller goes on all the same.
-fn wait_readable(fd: &OwnedFd, limit: std::time::Duration) {
-    let mut poll = libc::pollfd {
-        fd: fd.as_raw_fd(),
-        events: libc::POLLIN,
-        revents: 0,
-    };
-    let ms = limit.as_millis().min(i32::MAX as u128) as i32;
-    unsafe { libc::poll(&mut poll, 1, ms) };
 }
 
 /// The descriptors the supervisor keeps; everything else chitti had open is closed

@@ -15,7 +15,7 @@
 
 use std::ffi::{CString, OsString};
 use std::io;
-use std::os::fd::{FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 
@@ -271,6 +271,18 @@ pub fn open_pidfd(pid: libc::pid_t) -> io::Result<OwnedFd> {
         return Err(io::Error::last_os_error());
     }
     Ok(unsafe { OwnedFd::from_raw_fd(fd as RawFd) })
+}
+
+/// Waits until `fd` is readable (a pidfd whose process has exited, a pipe at EOF), `limit`
+/// at most. A signal or the limit ends the wait early; the caller goes on all the same.
+pub fn wait_readable(fd: &OwnedFd, limit: std::time::Duration) {
+    let mut poll = libc::pollfd {
+        fd: fd.as_raw_fd(),
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    let ms = limit.as_millis().min(i32::MAX as u128) as i32;
+    unsafe { libc::poll(&mut poll, 1, ms) };
 }
 
 #[cfg(test)]
