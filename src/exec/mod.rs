@@ -1015,6 +1015,92 @@ mod tests {
         );
     }
 
+    /// A one-shot landlock call of `sh -c SCRIPT` whose Landlock rules, added by chitti
+    /// after the fork, go through `wrap` first (None, said loudly, without Landlock).
+    fn start_with_rules(
+        fx: &Fixture,
+        script: &str,
+        wrap: impl FnOnce(
+            crate::sandbox::linux::supervisor::PendingRules,
+        ) -> crate::sandbox::linux::supervisor::PendingRules,
+    ) -> Option<Result<Started, SandboxError>> {
+        if let Some(why) = Capabilities::get().landlock_blocker() {
+            eprintln!("SKIP: {why}");
+            return None;
+        }
+        let command: Vec<std::ffi::OsString> = vec!["sh".into(), "-c".into(), script.into()];
+        let mut prepared =
+            crate::sandbox::prepare(Backend::Landlock, &fx.policy, &command, &fx.ws).unwrap();
+        let Launch::Supervised(spec) = &mut prepared.launch else {
+            panic!("a landlock call runs under a supervisor");
+        };
+        let restrictions = spec.restrictions.as_mut().expect("landlock restrictions");
+        let rules = restrictions
+            .pending_rules
+            .take()
+            .expect("a one-shot call adds its rules after the fork");
+        restrictions.pending_rules = Some(wrap(rules));
+        let output = Output::Capture { max_bytes: 4096 };
+        Some(start_with(
+            prepared,
+            Input::Null,
+            output,
+            Some(Duration::from_secs(20)),
+        ))
+    }
+
+    /// The command restricts itself only once chitti has added every rule: rules that
+    /// come late (the workspace's write grant among them) are still the ones it runs
+    /// under, and the file it writes appears.
+    #[test]
+    fn the_command_waits_for_rules_added_after_the_fork() {
+        let fx = Fixture::new();
+        let marker = fx.ws.join("written");
+        let script = format!("echo ok > '{}'", marker.display());
+        let late = |rules: crate::sandbox::linux::supervisor::PendingRules| {
+            Box::new(move |ruleset: std::os::fd::BorrowedFd| {
+                std::thread::sleep(Duration::from_millis(300));
+                rules(ruleset)
+            }) as crate::sandbox::linux::supervisor::PendingRules
+        };
+        let Some(started) = start_with_rules(&fx, &script, late) else {
+            return;
+        };
+        let finished = finish(
+            started.unwrap(),
+            Duration::from_secs(20),
+            std::future::pending(),
+        );
+        let outcome = runtime().block_on(finished).unwrap();
+        assert_eq!(outcome.exit_code, 0, "{outcome:?}");
+        assert_eq!(std::fs::read_to_string(&marker).unwrap(), "ok\n");
+    }
+
+    /// Rules that cannot all be added stop the call: it fails with chitti's reason, and the
+    /// command never runs (the file it would write does not appear).
+    #[test]
+    fn rules_that_cannot_be_added_after_the_fork_stop_the_command() {
+        let fx = Fixture::new();
+        let marker = fx.ws.join("written");
+        let script = format!("echo ran > '{}'", marker.display());
+        // Every rule but a last one is in: the command could run, and must not.
+        let failing = |rules: crate::sandbox::linux::supervisor::PendingRules| {
+            Box::new(move |ruleset: std::os::fd::BorrowedFd| {
+                rules(ruleset)?;
+                Err("no last rule, on purpose".to_string())
+            }) as crate::sandbox::linux::supervisor::PendingRules
+        };
+        let Some(result) = start_with_rules(&fx, &script, failing) else {
+            return;
+        };
+        let Err(e) = result else {
+            panic!("the call started without its rules");
+        };
+        assert!(e.to_string().contains("no last rule, on purpose"), "{e}");
+        assert!(!e.to_string().contains("had started"), "{e}");
+        assert!(!marker.exists(), "the command ran");
+    }
+
     /// A call cancelled before its command has even started (the cancellation is ready at
     /// once) ends cancelled, and leaves no process of the call behind.
     #[test]

@@ -40,7 +40,9 @@ fn device_rw_access() -> BitFlags<AccessFs> {
 /// Builds (but does not enforce) the ruleset. Enforcement happens in the command
 /// between fork and exec (`landlock_restrict_self` on the ruleset's descriptor).
 pub fn build(rules: &[Rule]) -> Result<OwnedFd, LandlockError> {
-    build_noting(rules, None)
+    let ruleset = create()?;
+    add_all(ruleset.as_fd(), rules)?;
+    Ok(ruleset)
 }
 
 /// Grants full access to `path` (a writable root) in the ruleset `ruleset`.
@@ -50,7 +52,7 @@ pub fn grant_writable(ruleset: BorrowedFd, path: &Path) -> Result<(), LandlockEr
 }
 
 /// A ruleset handling every filesystem right and scope of the pinned ABI, without rules.
-fn create() -> Result<OwnedFd, LandlockError> {
+pub fn create() -> Result<OwnedFd, LandlockError> {
     let ruleset = Ruleset::default()
         .set_compatibility(CompatLevel::HardRequirement)
         .handle_access(AccessFs::from_all(PINNED_ABI))
@@ -63,17 +65,19 @@ fn create() -> Result<OwnedFd, LandlockError> {
     ruleset.ok_or_else(|| LandlockError("the kernel returned no ruleset".into()))
 }
 
+/// Adds every planned rule to `ruleset` (made by [`create`]).
+pub fn add_all(ruleset: BorrowedFd, rules: &[Rule]) -> Result<(), LandlockError> {
+    for rule in rules {
+        add_rule(ruleset, rule, false)?;
+    }
+    Ok(())
+}
+
 /// [`build`], also noting in `ids` which file each rule named (None: left out).
-fn build_noting(
-    rules: &[Rule],
-    mut ids: Option<&mut Vec<Option<FileId>>>,
-) -> Result<OwnedFd, LandlockError> {
+fn build_noting(rules: &[Rule], ids: &mut Vec<Option<FileId>>) -> Result<OwnedFd, LandlockError> {
     let ruleset = create()?;
     for rule in rules {
-        let id = add_rule(ruleset.as_fd(), rule, ids.is_some())?;
-        if let Some(ids) = ids.as_deref_mut() {
-            ids.push(id);
-        }
+        ids.push(add_rule(ruleset.as_fd(), rule, true)?);
     }
     Ok(ruleset)
 }
@@ -273,7 +277,7 @@ impl RulesetCache {
             }
             _ => {
                 let mut ids = Vec::with_capacity(rules.len());
-                let ruleset = build_noting(rules, Some(&mut ids))?;
+                let ruleset = build_noting(rules, &mut ids)?;
                 let kept = Kept {
                     rules: rules.to_vec(),
                     ids,

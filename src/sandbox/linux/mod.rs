@@ -14,7 +14,7 @@ pub mod vfork;
 
 use std::ffi::OsString;
 use std::io::Write;
-use std::os::fd::{AsFd, AsRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::path::{Path, PathBuf};
 
 use nix::fcntl::OFlag;
@@ -147,6 +147,14 @@ pub(crate) fn prepare_bwrap(
     })
 }
 
+fn plan_rules(writable: &[PathBuf], deny_read: &[PathBuf]) -> Vec<landlock_rules::Rule> {
+    landlock_rules::plan(&landlock_rules::Spec {
+        writable,
+        deny_read,
+        terminals: &stdio_terminals(),
+    })
+}
+
 /// Paths bwrap mounts over: a command there is not what the sandbox would run.
 fn hidden_in_bwrap(path: &Path, policy: &Policy) -> bool {
     let replaced = ["/tmp", "/run", "/dev", "/proc"];
@@ -165,6 +173,7 @@ fn prepare_supervised(
     let mut after: Vec<Box<dyn super::AfterCall>> = Vec::new();
     let mut tmp: Option<PrivateTmp> = None;
     let mut held: Vec<Box<dyn std::any::Any + Send>> = Vec::new();
+    let mut pending_rules: Option<supervisor::PendingRules> = None;
     let restrictions = if sandboxed {
         if let Some(why) = Capabilities::get().landlock_blocker() {
             return Err(SandboxError::Unavailable(why));
@@ -175,11 +184,6 @@ fn prepare_supervised(
         // As root, mounts hide what Landlock would otherwise have to go around.
         let (masks, deny_read) =
             masks::for_policy(&policy.deny_read).map_err(SandboxError::Unavailable)?;
-        let rules = landlock_rules::plan(&landlock_rules::Spec {
-            writable: &policy.writable,
-            deny_read,
-            terminals: &stdio_terminals(),
-        });
         // What the command needs besides the ruleset. A one-shot call's TMPDIR comes from
         // the pool; a session's ruleset keeps the grants of earlier calls' TMPDIRs, so
         // each of its calls gets a directory no other call will ever use.
@@ -217,6 +221,7 @@ fn prepare_supervised(
                         tmp.as_ref().map(|t| landlock::CallTmp::Fresh(t.path()))
                     }
                 };
+                let rules = plan_rules(&policy.writable, deny_read);
                 let (fd, lease) = session
                     .landlock
                     .ruleset_for(&rules, call_tmp)
@@ -225,15 +230,26 @@ fn prepare_supervised(
                 fd
             }
             None => {
-                let fd = landlock::build(&rules).map_err(unavailable)?;
-                if let Some(tmp) = &tmp {
-                    landlock::grant_writable(fd.as_fd(), tmp.path()).map_err(unavailable)?;
-                }
+                // Created empty; planned and filled once the supervisor is forked, while
+                // it and the command start (see `supervisor::spawn`).
+                let fd = landlock::create().map_err(unavailable)?;
+                let writable = policy.writable.clone();
+                let deny_read = deny_read.to_vec();
+                let tmp = tmp.as_ref().map(|t| t.path().to_path_buf());
+                pending_rules = Some(Box::new(move |ruleset| {
+                    let rules = plan_rules(&writable, &deny_read);
+                    landlock::add_all(ruleset, &rules).map_err(|e| e.to_string())?;
+                    if let Some(tmp) = &tmp {
+                        landlock::grant_writable(ruleset, tmp).map_err(|e| e.to_string())?;
+                    }
+                    Ok(())
+                }));
                 fd
             }
         };
         Some(supervisor::Restrictions {
             landlock: ruleset,
+            pending_rules: pending_rules.take(),
             seccomp,
             masks,
         })

@@ -5,6 +5,10 @@
 //! rlimits, capabilities dropped, no_new_privs, Landlock, seccomp — in a process that has
 //! a single thread, because `landlock_restrict_self` binds only the calling thread.
 //!
+//! A one-shot call's Landlock rules are added by chitti after the fork, on another CPU
+//! than the supervisor's start and the command's set-up; the command waits for a byte on
+//! the go pipe before it restricts itself, and gives up without it.
+//!
 //! The supervisor stays outside the sandbox. It is a child subreaper: when the command
 //! exits, when chitti closes the lifeline pipe (timeout, cancellation), or when chitti
 //! dies (the kernel closes the pipe), it kills every remaining descendant, including
@@ -15,7 +19,7 @@
 //! needs it on the success path).
 
 use std::ffi::{CString, OsString};
-use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd, RawFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 
@@ -24,6 +28,9 @@ use serde::{Deserialize, Serialize};
 use super::caps;
 use super::vfork::{c_string, open_pidfd, wait_readable, ExecImage, Execve};
 use crate::sandbox::rlimits::Rlimits;
+
+/// Adds its rules to the ruleset it is given (created empty); an error names what failed.
+pub type PendingRules = Box<dyn FnOnce(BorrowedFd) -> Result<(), String> + Send>;
 
 /// How the command ended, as the supervisor reports it.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
@@ -51,6 +58,8 @@ pub enum Report {
 /// The restrictions the command applies to itself.
 pub struct Restrictions {
     pub landlock: OwnedFd,
+    /// Rules chitti adds to `landlock` only after forking the supervisor (see [`spawn`]).
+    pub pending_rules: Option<PendingRules>,
     pub seccomp: &'static seccompiler::BpfProgram,
     /// Mounts hiding the unreadable paths, made before the capabilities go (root only).
     pub masks: Option<super::masks::Masks>,
@@ -141,6 +150,15 @@ pub fn spawn(
     let (lifeline_read, lifeline_write) = pipe()?;
     let (status_read, status_write) = pipe()?;
     let (started_read, started_write) = pipe()?;
+    let pending_rules = spec
+        .restrictions
+        .as_mut()
+        .and_then(|r| r.pending_rules.take());
+    // With rules still to add, the command waits on this pipe before restricting itself.
+    let go = match pending_rules {
+        Some(_) => Some(pipe()?),
+        None => None,
+    };
     // Raw pointers for execve, built before fork.
     let execve = spec.image.execve();
     // The supervisor allocates (its report, the repairs).
@@ -160,6 +178,7 @@ pub fn spawn(
             status: status_write.as_raw_fd(),
             started: started_write.as_raw_fd(),
             landlock: spec.restrictions.as_ref().map(|r| r.landlock.as_raw_fd()),
+            go: go.as_ref().map(|(r, _)| r.as_raw_fd()),
         };
         let after = std::mem::take(&mut spec.after);
         let aftermath = Aftermath {
@@ -168,6 +187,28 @@ pub fn spawn(
             tmp_slot: spec.tmp_slot.take(),
         };
         unsafe { supervisor_main(&spec, &execve, keep, aftermath) }
+    }
+    // Adding the rules (planning them lists directories: 0.1 ms or more) overlaps the
+    // supervisor's start and the command's set-up, on another CPU. The ruleset object is
+    // shared with the forked copies of its descriptor; the command enforces it only once
+    // every rule is in: it waits for the byte written below, and fails on end of file,
+    // which is all it gets if a rule cannot be added or chitti dies meanwhile.
+    let mut rules_added = Ok(());
+    if let (Some(add_rules), Some((go_read, go_write)), Some(restrictions)) =
+        (pending_rules, go, spec.restrictions.as_ref())
+    {
+        drop(go_read);
+        move_to_another_cpu(pid);
+        rules_added = add_rules(restrictions.landlock.as_fd());
+        if rules_added.is_ok() {
+            let written = unsafe { libc::write(go_write.as_raw_fd(), [1u8].as_ptr().cast(), 1) };
+            if written != 1 {
+                rules_added = Err(format!(
+                    "cannot let the command go on: {}",
+                    std::io::Error::last_os_error()
+                ));
+            }
+        }
     }
     // The supervisor was most likely placed on this CPU, where it runs only once this
     // process blocks: block first, and close the rest while the command runs. Every page
@@ -185,6 +226,25 @@ pub fn spawn(
     drop(stdio);
     // The supervisor holds the slot's lock from here on.
     drop(spec.tmp_slot.take());
+    if let Err(e) = rules_added {
+        // The command gives up at the closed pipe; the supervisor reports that and exits.
+        drop(lifeline_write);
+        unsafe { libc::waitpid(pid, std::ptr::null_mut(), 0) };
+        let mut ending = Vec::new();
+        let _ = std::io::Read::read_to_end(&mut std::fs::File::from(status_read), &mut ending);
+        let ran = match serde_json::from_slice::<Ending>(&ending) {
+            Ok(ending) => !matches!(
+                ending.report,
+                Report::SetupFailed { .. } | Report::ExecFailed { .. }
+            ),
+            Err(_) => true,
+        };
+        return Err(std::io::Error::other(if ran {
+            format!("{e} (and the command had started all the same: it was killed)")
+        } else {
+            e
+        }));
+    }
     let pidfd = match open_pidfd(pid) {
         Ok(fd) => fd,
         Err(e) => {
@@ -204,6 +264,29 @@ pub fn spawn(
     })
 }
 
+/// Moves the just-forked supervisor `pid` to a CPU other than this one, so that it starts
+/// at once instead of after this process blocks: forks are mostly placed on the parent's
+/// CPU. Only the move is wanted: the affinity is put back at once (the task stays where
+/// it was moved), and the command inherits chitti's own. Nothing changes with one CPU.
+fn move_to_another_cpu(pid: libc::pid_t) {
+    let size = std::mem::size_of::<libc::cpu_set_t>();
+    unsafe {
+        let here = libc::sched_getcpu();
+        let mut own: libc::cpu_set_t = std::mem::zeroed();
+        if here < 0 || libc::sched_getaffinity(0, size, &mut own) < 0 {
+            return;
+        }
+        let mut others = own;
+        libc::CPU_CLR(here as usize, &mut others);
+        if libc::CPU_COUNT(&others) == 0 {
+            return;
+        }
+        if libc::sched_setaffinity(pid, size, &others) == 0 {
+            libc::sched_setaffinity(pid, size, &own);
+        }
+    }
+}
+
 /// The descriptors the supervisor keeps; everything else chitti had open is closed
 /// (another call's lifeline among them, which must not be held open by this one). They
 /// keep their numbers: the after-call work may hold descriptors of its own.
@@ -215,6 +298,8 @@ struct Keep {
     status: RawFd,
     started: RawFd,
     landlock: Option<RawFd>,
+    /// Readable once chitti has added every rule (see `spawn`).
+    go: Option<RawFd>,
 }
 
 /// The supervisor's descriptors, once stdio is in place.
@@ -224,6 +309,8 @@ struct Fds {
     status: RawFd,
     started: RawFd,
     landlock: Option<RawFd>,
+    /// Readable once chitti has added every rule (see `spawn`).
+    go: Option<RawFd>,
 }
 
 /// What the supervisor does once the tree is dead.
@@ -280,9 +367,11 @@ unsafe fn supervisor_main(
         status: keep.status,
         started: keep.started,
         landlock: keep.landlock,
+        go: keep.go,
     };
     let mut kept = vec![fds.lifeline, fds.status, fds.started];
     kept.extend(fds.landlock);
+    kept.extend(fds.go);
     for after in &aftermath.after {
         kept.extend(after.fds());
     }
@@ -355,8 +444,8 @@ unsafe fn supervisor_main(
     // The command holds its Landlock domain now, and this copy of the ruleset is of no
     // use. Closed here, while the command runs, freeing the ruleset (some 30-40 rules,
     // more where many entries sit beside a hidden path) does not fall in this process's
-    // exit, which chitti waits for. (chitti closes its own copy right after the fork; a
-    // session keeps one for its next call.)
+    // exit, which chitti waits for. (chitti closes its own copy once it has added the
+    // rules; a session keeps one for its next call.)
     if let Some(ruleset) = fds.landlock {
         libc::close(ruleset);
     }
@@ -428,6 +517,14 @@ unsafe fn command_main(spec: &LaunchSpec, execve: &Execve, step: RawFd, fds: Fds
         }
         if let Err(e) = caps::set_no_new_privs() {
             fail(b"no_new_privs", e.raw_os_error().unwrap_or(libc::EPERM));
+        }
+        // chitti may still be adding rules to the ruleset (see `spawn`).
+        if let Some(go) = fds.go {
+            let mut byte = 0u8;
+            if libc::read(go, (&mut byte as *mut u8).cast(), 1) != 1 {
+                fail(b"waiting for the Landlock rules", libc::ECANCELED);
+            }
+            libc::close(go);
         }
         let Some(ruleset) = fds.landlock else {
             fail(b"landlock ruleset", libc::EBADF);
