@@ -686,10 +686,7 @@ fn apply_report(
     program: &str,
 ) -> Result<(), SandboxError> {
     use crate::sandbox::linux::supervisor::{Ending, Report};
-    let ending: Option<Ending> = text
-        .lines()
-        .next()
-        .and_then(|l| serde_json::from_str(l).ok());
+    let ending = Ending::parse(text);
     let report: Option<Report> = ending.map(|e| {
         outcome.repairs.extend(e.repairs);
         e.report
@@ -923,6 +920,7 @@ async fn read_all(
 #[cfg(all(test, target_os = "linux"))]
 mod tests {
     use super::*;
+    use crate::sandbox::linux::supervisor::PendingRules;
     use crate::sandbox::Capabilities;
     use crate::tools::testing::Fixture;
 
@@ -1020,9 +1018,7 @@ mod tests {
     fn start_with_rules(
         fx: &Fixture,
         script: &str,
-        wrap: impl FnOnce(
-            crate::sandbox::linux::supervisor::PendingRules,
-        ) -> crate::sandbox::linux::supervisor::PendingRules,
+        wrap: impl FnOnce(PendingRules) -> PendingRules,
     ) -> Option<Result<Started, SandboxError>> {
         if let Some(why) = Capabilities::get().landlock_blocker() {
             eprintln!("SKIP: {why}");
@@ -1057,11 +1053,11 @@ mod tests {
         let fx = Fixture::new();
         let marker = fx.ws.join("written");
         let script = format!("echo ok > '{}'", marker.display());
-        let late = |rules: crate::sandbox::linux::supervisor::PendingRules| {
-            Box::new(move |ruleset: std::os::fd::BorrowedFd| {
+        let late = |rules: PendingRules| -> PendingRules {
+            Box::new(move |ruleset| {
                 std::thread::sleep(Duration::from_millis(300));
                 rules(ruleset)
-            }) as crate::sandbox::linux::supervisor::PendingRules
+            })
         };
         let Some(started) = start_with_rules(&fx, &script, late) else {
             return;
@@ -1084,11 +1080,11 @@ mod tests {
         let marker = fx.ws.join("written");
         let script = format!("echo ran > '{}'", marker.display());
         // Every rule but a last one is in: the command could run, and must not.
-        let failing = |rules: crate::sandbox::linux::supervisor::PendingRules| {
-            Box::new(move |ruleset: std::os::fd::BorrowedFd| {
+        let failing = |rules: PendingRules| -> PendingRules {
+            Box::new(move |ruleset| {
                 rules(ruleset)?;
                 Err("no last rule, on purpose".to_string())
-            }) as crate::sandbox::linux::supervisor::PendingRules
+            })
         };
         let Some(result) = start_with_rules(&fx, &script, failing) else {
             return;

@@ -173,7 +173,6 @@ fn prepare_supervised(
     let mut after: Vec<Box<dyn super::AfterCall>> = Vec::new();
     let mut tmp: Option<PrivateTmp> = None;
     let mut held: Vec<Box<dyn std::any::Any + Send>> = Vec::new();
-    let mut pending_rules: Option<supervisor::PendingRules> = None;
     let restrictions = if sandboxed {
         if let Some(why) = Capabilities::get().landlock_blocker() {
             return Err(SandboxError::Unavailable(why));
@@ -202,7 +201,7 @@ fn prepare_supervised(
         };
         let seccomp = seccomp::program(policy.network, true)
             .map_err(|e| SandboxError::Unavailable(e.to_string()))?;
-        let ruleset = match session {
+        let (ruleset, pending_rules) = match session {
             Some(session) => {
                 // The session keeps its slot (the lease hands it back); the supervisor
                 // gets a second descriptor of its lock, to claim and release it.
@@ -227,7 +226,7 @@ fn prepare_supervised(
                     .ruleset_for(&rules, call_tmp)
                     .map_err(unavailable)?;
                 held.push(Box::new(lease));
-                fd
+                (fd, None)
             }
             None => {
                 // Created empty; planned and filled once the supervisor is forked, while
@@ -236,20 +235,20 @@ fn prepare_supervised(
                 let writable = policy.writable.clone();
                 let deny_read = deny_read.to_vec();
                 let tmp = tmp.as_ref().map(|t| t.path().to_path_buf());
-                pending_rules = Some(Box::new(move |ruleset| {
+                let add_rules: supervisor::PendingRules = Box::new(move |ruleset| {
                     let rules = plan_rules(&writable, &deny_read);
                     landlock::add_all(ruleset, &rules).map_err(|e| e.to_string())?;
                     if let Some(tmp) = &tmp {
                         landlock::grant_writable(ruleset, tmp).map_err(|e| e.to_string())?;
                     }
                     Ok(())
-                }));
-                fd
+                });
+                (fd, Some(add_rules))
             }
         };
         Some(supervisor::Restrictions {
             landlock: ruleset,
-            pending_rules: pending_rules.take(),
+            pending_rules,
             seccomp,
             masks,
         })

@@ -88,6 +88,16 @@ pub struct Ending {
     pub repairs: Vec<String>,
 }
 
+impl Ending {
+    /// Reads the ending from what the supervisor wrote on its status pipe (one JSON line);
+    /// None if it ended without one.
+    pub fn parse(text: &str) -> Option<Ending> {
+        text.lines()
+            .next()
+            .and_then(|l| serde_json::from_str(l).ok())
+    }
+}
+
 impl LaunchSpec {
     pub fn new(
         program: &Path,
@@ -230,14 +240,14 @@ pub fn spawn(
         // The command gives up at the closed pipe; the supervisor reports that and exits.
         drop(lifeline_write);
         unsafe { libc::waitpid(pid, std::ptr::null_mut(), 0) };
-        let mut ending = Vec::new();
-        let _ = std::io::Read::read_to_end(&mut std::fs::File::from(status_read), &mut ending);
-        let ran = match serde_json::from_slice::<Ending>(&ending) {
-            Ok(ending) => !matches!(
+        let mut text = String::new();
+        let _ = std::io::Read::read_to_string(&mut std::fs::File::from(status_read), &mut text);
+        let ran = match Ending::parse(&text) {
+            Some(ending) => !matches!(
                 ending.report,
                 Report::SetupFailed { .. } | Report::ExecFailed { .. }
             ),
-            Err(_) => true,
+            None => true,
         };
         return Err(std::io::Error::other(if ran {
             format!("{e} (and the command had started all the same: it was killed)")
