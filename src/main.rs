@@ -13,6 +13,8 @@ fn main() {
     // interrupt to the other CPU on a virtual machine), on every sandboxed call. stderr is
     // unbuffered; chitti registers no C `atexit` handlers.
     let _ = std::io::stdout().flush();
+    // A call's supervisor may still be exiting: the outcome was printed meanwhile.
+    chitti::exec::reap_exiting_supervisors();
     // SAFETY: ends the process; nothing runs after it.
     unsafe { libc::_exit(code) }
 }

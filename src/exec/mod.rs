@@ -186,17 +186,38 @@ pub async fn run(
     follow(started, timeout, cancel, Reap::InBackground).await
 }
 
-/// When the supervisor of a call that ended on its own is reaped.
+/// When the supervisor of a call that ended on its own is reaped. Either way the outcome
+/// is returned once its report is read: the report is its last act (the command's tree
+/// is dead and every repair and cleanup done by then), and what is left is its exit, the
+/// teardown of a copy of this process (0.05-0.1 ms here).
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Reap {
-    /// Before the outcome is returned: nothing of the call is left afterwards, even if
-    /// the caller exits at once (a one-shot `sandbox exec`).
-    BeforeReturning,
-    /// Once its report is read, the outcome is returned; the supervisor's exit (the
-    /// teardown of a copy of this process, 0.07-0.1 ms here) is waited for by a task of
-    /// the runtime. Its report is its last act: the command's tree is dead and every
-    /// repair and cleanup done by then.
+    /// By [`reap_exiting_supervisors`], which a process that ends after its call (a
+    /// one-shot `sandbox exec`) calls before it exits, so that nothing of the call is
+    /// left by then: the outcome is worked on and printed while the supervisor exits,
+    /// instead of after.
+    BeforeExit,
+    /// By a task of the runtime, for a process that goes on after the call.
     InBackground,
+}
+
+/// Supervisors that have reported and are exiting, for [`reap_exiting_supervisors`].
+#[cfg(target_os = "linux")]
+static EXITING: std::sync::Mutex<Vec<libc::pid_t>> = std::sync::Mutex::new(Vec::new());
+
+/// Waits for the supervisors of calls followed by [`finish`] to exit, and reaps them.
+/// Call it before this process exits: until then a supervisor may still be exiting, and
+/// one left unreaped would be handed to PID 1 (or the caller's subreaper) to reap.
+pub fn reap_exiting_supervisors() {
+    #[cfg(target_os = "linux")]
+    {
+        let exiting = std::mem::take(&mut *EXITING.lock().unwrap_or_else(|e| e.into_inner()));
+        for pid in exiting {
+            while unsafe { libc::waitpid(pid, std::ptr::null_mut(), 0) } < 0
+                && std::io::Error::last_os_error().raw_os_error() == Some(libc::EINTR)
+            {}
+        }
+    }
 }
 
 /// A launch whose process is running; [`finish`] follows it to the end. Dropped without
@@ -461,14 +482,16 @@ pub fn start_early(early: EarlyStart, prepared: Prepared) -> Result<Started, San
     })
 }
 
-/// Follows a started launch until it exits, `timeout` passes, or `cancel` resolves;
-/// nothing of the call is left when it returns.
+/// Follows a started launch until it exits, `timeout` passes, or `cancel` resolves.
+/// Nothing of the call is left when it returns but, on Linux, its supervisor in the
+/// middle of exiting: [`reap_exiting_supervisors`] must be called before this process
+/// exits.
 pub async fn finish(
     started: Started,
     timeout: Duration,
     cancel: impl Future<Output = ()>,
 ) -> Result<Outcome, SandboxError> {
-    follow(started, timeout, cancel, Reap::BeforeReturning).await
+    follow(started, timeout, cancel, Reap::BeforeExit).await
 }
 
 async fn follow(
@@ -497,6 +520,8 @@ async fn follow(
         leader,
         mut running,
     } = started;
+    #[cfg(not(target_os = "linux"))]
+    let _ = reap;
     tokio::pin!(cancel);
     // Let the command start before anything else is set up here, as a one-shot call does
     // with `start_and_wait`: a session's supervisor, forked a moment ago,
@@ -521,13 +546,13 @@ async fn follow(
     let stderr_task =
         stderr.map(|fd| tokio::spawn(collect(fd, capture_max.unwrap_or(0), capture_max.is_none())));
 
-    // The supervisor's report when it was read before its exit (`Reap::InBackground`).
+    // The supervisor's report when it was read before its exit.
     let mut report = None;
     let ended = if cancelled_early {
         Ended::Cancelled
     } else {
         tokio::select! {
-            r = until_ended(&mut running, reap) => { report = r?; Ended::Exited }
+            r = until_ended(&mut running) => { report = r?; Ended::Exited }
             _ = tokio::time::sleep(timeout) => Ended::TimedOut,
             _ = &mut cancel => Ended::Cancelled,
         }
@@ -613,15 +638,19 @@ async fn follow(
             program,
             ..
         } => {
-            let text = match report {
-                Some(text) => {
+            let text = match (report, reap) {
+                (Some(text), Reap::InBackground) => {
                     tokio::spawn(async move {
                         let _ = readable(&pidfd).await;
                         unsafe { libc::waitpid(pid, std::ptr::null_mut(), 0) };
                     });
                     text
                 }
-                None => read_report(status),
+                (Some(text), Reap::BeforeExit) => {
+                    EXITING.lock().unwrap_or_else(|e| e.into_inner()).push(pid);
+                    text
+                }
+                (None, _) => read_report(status),
             };
             apply_report(&mut outcome, &text, backend, &program)?
         }
@@ -753,18 +782,17 @@ async fn wait(running: &mut Running) -> Result<(), SandboxError> {
     Ok(())
 }
 
-/// Waits for the launch to end by itself. With `Reap::InBackground`, a supervisor's call
-/// has ended once its report (one line) is read: that is returned, and the supervisor is
-/// left to exit. Otherwise, or if the supervisor closed its pipe without a whole line
-/// (killed), its exit is waited for and the process reaped.
-async fn until_ended(running: &mut Running, reap: Reap) -> Result<Option<String>, SandboxError> {
+/// Waits for the launch to end by itself. A supervisor's call has ended once its report
+/// (one line) is read: that is returned, and the supervisor is left to exit (see
+/// `Reap`). If it closed its pipe without a whole line (killed), or for anything else,
+/// the process's exit is waited for and the process reaped.
+async fn until_ended(running: &mut Running) -> Result<Option<String>, SandboxError> {
     #[cfg(target_os = "linux")]
-    if let (Reap::InBackground, Running::Supervised { status, .. }) = (reap, &*running) {
+    if let Running::Supervised { status, .. } = &*running {
         if let Some(line) = read_line(status).await {
             return Ok(Some(line));
         }
     }
-    let _ = reap;
     wait(running).await.map(|()| None)
 }
 
@@ -1138,5 +1166,45 @@ mod tests {
                 assert!(!alive, "the command {pid} outlived its cancelled call");
             }
         }
+    }
+
+    /// `finish` returns once the supervisor has reported, and leaves it, maybe still
+    /// exiting, to `reap_exiting_supervisors`; after that it is no child of this process.
+    #[test]
+    fn finish_leaves_the_supervisor_to_be_reaped_before_exit() {
+        if let Some(why) = Capabilities::get().landlock_blocker() {
+            eprintln!("SKIP: {why}");
+            return;
+        }
+        let fx = Fixture::new();
+        let command: Vec<std::ffi::OsString> = vec!["sh".into(), "-c".into(), "exit 7".into()];
+        let prepared =
+            crate::sandbox::prepare(Backend::Landlock, &fx.policy, &command, &fx.ws).unwrap();
+        let started = start(prepared, Input::Null, Output::Capture { max_bytes: 64 }).unwrap();
+        let Running::Supervised { pid, .. } = &started.running else {
+            panic!("a landlock call runs under a supervisor");
+        };
+        let pid = *pid;
+        let outcome = runtime()
+            .block_on(finish(
+                started,
+                Duration::from_secs(60),
+                std::future::pending(),
+            ))
+            .unwrap();
+        assert_eq!(outcome.exit_code, 7, "{outcome:?}");
+        assert!(
+            EXITING.lock().unwrap().contains(&pid),
+            "the supervisor {pid} was not left to reap"
+        );
+        reap_exiting_supervisors();
+        assert!(EXITING.lock().unwrap().is_empty());
+        let r = unsafe { libc::waitpid(pid, std::ptr::null_mut(), libc::WNOHANG) };
+        let errno = std::io::Error::last_os_error().raw_os_error();
+        assert_eq!(
+            (r, errno),
+            (-1, Some(libc::ECHILD)),
+            "the supervisor {pid} is still a child of this process"
+        );
     }
 }

@@ -674,7 +674,14 @@ unsafe fn finish(report: Report, aftermath: Aftermath, fds: Fds) -> ! {
         Report::ExecFailed { .. } => 126,
         Report::SetupFailed { .. } => 125,
     };
-    if let Ok(mut line) = serde_json::to_vec(&Ending { report, repairs }) {
+    let line = serde_json::to_vec(&Ending { report, repairs });
+    // Nothing sandboxed is alive, and this process writes nothing more to the command's
+    // stdio: closed now, chitti's readers of the command's output see its end with the
+    // report, not only once this process has exited.
+    for fd in 0..3 {
+        libc::close(fd);
+    }
+    if let Ok(mut line) = line {
         line.push(b'\n');
         libc::write(fds.status, line.as_ptr().cast(), line.len());
     }
