@@ -55,6 +55,43 @@ pub fn for_each_entry(dir: &Path, mut f: impl FnMut(&OsStr, EntryKind)) {
     }
 }
 
+/// The names of the entries of `dir` but `.` and `..`, or `None` if it cannot be listed
+/// whole or holds more than `limit`.
+#[cfg(target_os = "linux")]
+pub fn names(dir: &Path, limit: usize) -> Option<Vec<std::ffi::OsString>> {
+    use rustix::fs::{Mode, OFlags, RawDir};
+    use std::os::unix::ffi::OsStrExt;
+    let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC;
+    let fd = rustix::fs::open(dir, flags, Mode::empty()).ok()?;
+    let mut buf: Vec<u8> = Vec::with_capacity(16 * 1024);
+    let mut entries = RawDir::new(&fd, buf.spare_capacity_mut());
+    let mut out = Vec::new();
+    while let Some(entry) = entries.next() {
+        let entry = entry.ok()?;
+        let name = entry.file_name().to_bytes();
+        if matches!(name, b"." | b"..") {
+            continue;
+        }
+        if out.len() == limit {
+            return None;
+        }
+        out.push(OsStr::from_bytes(name).to_os_string());
+    }
+    Some(out)
+}
+
+#[cfg(not(target_os = "linux"))]
+pub fn names(dir: &Path, limit: usize) -> Option<Vec<std::ffi::OsString>> {
+    let mut out = Vec::new();
+    for entry in std::fs::read_dir(dir).ok()? {
+        if out.len() == limit {
+            return None;
+        }
+        out.push(entry.ok()?.file_name());
+    }
+    Some(out)
+}
+
 #[cfg(not(target_os = "linux"))]
 pub fn for_each_entry(dir: &Path, mut f: impl FnMut(&OsStr, EntryKind)) {
     let Ok(entries) = std::fs::read_dir(dir) else {
@@ -101,5 +138,27 @@ mod tests {
         let mut missing = 0;
         for_each_entry(&dir.path().join("nope"), |_, _| missing += 1);
         assert_eq!(missing, 0);
+    }
+
+    #[test]
+    fn names_are_all_or_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        for name in ["a", "b", "c"] {
+            std::fs::write(dir.path().join(name), "x").unwrap();
+        }
+        let mut names = names(dir.path(), 3).expect("three entries fit a limit of three");
+        names.sort();
+        assert_eq!(names, ["a", "b", "c"]);
+        assert_eq!(super::names(dir.path(), 2), None, "more than the limit");
+        assert_eq!(
+            super::names(&dir.path().join("nope"), 10),
+            None,
+            "no directory"
+        );
+        assert_eq!(
+            super::names(&dir.path().join("a"), 10),
+            None,
+            "not a directory"
+        );
     }
 }

@@ -4,6 +4,7 @@
 pub mod credentials;
 pub mod env;
 pub mod git;
+mod probe;
 pub mod profile;
 mod workspace;
 
@@ -210,19 +211,20 @@ impl Policy {
             let path = workspace::validate(extra, &home, "--writable directory")?;
             push_unique(&mut writable, path);
         }
-
         let mut deny_candidates =
             credentials::builtin(&dirs.home, &[dirs.config.clone(), dirs.state.clone()]);
         if let Some(user_home) = &dirs.user_home {
             let own = [".config/chitti", ".local/state/chitti"].map(|d| user_home.join(d));
             deny_candidates.extend(credentials::builtin(user_home, &own));
         }
+        let mut prober = probe::Prober::new(&dirs.home, &home);
+        let root_only = deny_candidates.len(); // from here, root's own: canonical, existing
         if nix::unistd::geteuid().is_root() {
             for path in credentials::ROOT_ONLY {
                 // Only what exists: the backends need not cover files root never had.
                 let mut found = Vec::new();
                 credentials::expand_into(Path::new(path), &mut found);
-                deny_candidates.extend(found.into_iter().filter(|p| p.exists()));
+                deny_candidates.extend(found.iter().filter_map(|p| prober.resolve_existing(p)));
             }
         }
         let from_profile = deny_candidates.len(); // the rest came from `deny_read`
@@ -237,15 +239,11 @@ impl Policy {
         }
         let mut deny_read = Vec::new();
         for (index, path) in deny_candidates.into_iter().enumerate() {
-            // Most credential paths do not exist: one lstat, then a lexical path under the
-            // canonical home, instead of resolving every ancestor.
-            let exists = std::fs::symlink_metadata(&path).is_ok();
-            let resolved = if exists {
-                canonicalize(&path).unwrap_or_else(|_| path.clone())
-            } else if let Ok(rest) = path.strip_prefix(&dirs.home) {
-                home.join(rest)
+            let (exists, resolved) = if (root_only..from_profile).contains(&index) {
+                (true, path)
             } else {
-                canonical_or_lexical(&path)
+                let found = prober.probe(&path);
+                (found.exists, found.resolved)
             };
             // A writable root inside a credential location, or containing one, would make
             // it readable (and writable) on backends that cannot mask beneath a grant.
@@ -275,7 +273,6 @@ impl Policy {
                 push_unique(&mut deny_read, resolved);
             }
         }
-
         let mut pinned = Vec::new();
         let mut read_only = Vec::new();
         let mut absent = Vec::new();
