@@ -74,6 +74,8 @@ impl EarlyBwrap {
         drop(pass.pop());
         let passed = pass;
         let child = child?;
+        // Still in its exec, and about to be preempted here by chitti's policy work.
+        super::cpu::move_to_another_cpu(child.pid);
         Ok(EarlyBwrap {
             child,
             args,

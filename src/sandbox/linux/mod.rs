@@ -3,6 +3,7 @@
 pub mod bpf;
 pub mod bwrap_init;
 pub mod caps;
+pub mod cpu;
 pub mod direct;
 pub mod early_bwrap;
 pub mod landlock;

@@ -208,7 +208,7 @@ pub fn spawn(
         (pending_rules, go, spec.restrictions.as_ref())
     {
         drop(go_read);
-        move_to_another_cpu(pid);
+        super::cpu::move_to_another_cpu(pid);
         rules_added = add_rules(restrictions.landlock.as_fd());
         if rules_added.is_ok() {
             let written = unsafe { libc::write(go_write.as_raw_fd(), [1u8].as_ptr().cast(), 1) };
@@ -272,29 +272,6 @@ pub fn spawn(
         status: status_read,
         started,
     })
-}
-
-/// Moves the just-forked supervisor `pid` to a CPU other than this one, so that it starts
-/// at once instead of after this process blocks: forks are mostly placed on the parent's
-/// CPU. Only the move is wanted: the affinity is put back at once (the task stays where
-/// it was moved), and the command inherits chitti's own. Nothing changes with one CPU.
-fn move_to_another_cpu(pid: libc::pid_t) {
-    let size = std::mem::size_of::<libc::cpu_set_t>();
-    unsafe {
-        let here = libc::sched_getcpu();
-        let mut own: libc::cpu_set_t = std::mem::zeroed();
-        if here < 0 || libc::sched_getaffinity(0, size, &mut own) < 0 {
-            return;
-        }
-        let mut others = own;
-        libc::CPU_CLR(here as usize, &mut others);
-        if libc::CPU_COUNT(&others) == 0 {
-            return;
-        }
-        if libc::sched_setaffinity(pid, size, &others) == 0 {
-            libc::sched_setaffinity(pid, size, &own);
-        }
-    }
 }
 
 /// The descriptors the supervisor keeps; everything else chitti had open is closed
