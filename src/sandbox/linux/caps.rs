@@ -6,30 +6,6 @@
 
 use std::io;
 
-/// The highest capability number the kernel knows. Async-signal-safe (syscalls only).
-///
-/// `PR_CAPBSET_READ` answers EINVAL for a number beyond it, so a binary search finds it in
-/// six calls (cheaper than opening, reading and closing /proc/sys/kernel/cap_last_cap,
-/// and it needs no procfs).
-pub fn last_cap() -> u32 {
-    let known = |cap: u32| unsafe { libc::prctl(libc::PR_CAPBSET_READ, cap as libc::c_ulong, 0, 0, 0) } >= 0;
-    if !known(0) {
-        // Not answered at all (a filter in the way): CAP_CHECKPOINT_RESTORE, Linux 5.9.
-        return 40;
-    }
-    // Invariant: `low` is known, everything above `high` is not.
-    let (mut low, mut high) = (0u32, 63u32);
-    while low < high {
-        let mid = (low + high).div_ceil(2);
-        if known(mid) {
-            low = mid;
-        } else {
-            high = mid - 1;
-        }
-    }
-    low
-}
-
 const SECBITS_LOCKED_DOWN: libc::c_ulong = 0x01 // SECBIT_NOROOT
     | 0x02 // SECBIT_NOROOT_LOCKED
     | 0x04 // SECBIT_NO_SETUID_FIXUP
@@ -92,11 +68,17 @@ fn capget() -> io::Result<[CapData; 2]> {
 pub fn drop_all() -> io::Result<()> {
     if has_setpcap()? {
         check(unsafe { libc::prctl(libc::PR_SET_SECUREBITS, SECBITS_LOCKED_DOWN, 0, 0, 0) })?;
-        for cap in 0..=last_cap() {
-            let ret = unsafe { libc::prctl(libc::PR_CAPBSET_DROP, cap as libc::c_ulong, 0, 0, 0) };
-            // EINVAL: the kernel does not know this capability number.
-            if ret < 0 && io::Error::last_os_error().raw_os_error() != Some(libc::EINVAL) {
-                return Err(io::Error::last_os_error());
+        // Every capability the kernel knows: up to the first number it answers EINVAL
+        // for (one call more than there are capabilities, instead of looking up their
+        // number first). EINVAL for CAP_CHOWN, which every kernel knows, means something
+        // answers in the kernel's place: then the set cannot be trusted to be empty.
+        for cap in 0..64 {
+            if unsafe { libc::prctl(libc::PR_CAPBSET_DROP, cap as libc::c_ulong, 0, 0, 0) } < 0 {
+                let error = io::Error::last_os_error();
+                if cap == 0 || error.raw_os_error() != Some(libc::EINVAL) {
+                    return Err(error);
+                }
+                break;
             }
         }
     }
@@ -131,12 +113,41 @@ pub fn set_no_new_privs() -> io::Result<()> {
 
 #[cfg(test)]
 mod tests {
+    use super::*;
+
+    /// In a forked child (root with CAP_SETPCAP: CI), every capability the kernel knows
+    /// leaves the bounding set; anyone else keeps it (and cannot use it: no_new_privs).
     #[test]
-    fn last_cap_is_the_kernel_s() {
+    fn the_bounding_set_is_emptied_up_to_the_kernel_s_last_capability() {
         let Ok(text) = std::fs::read_to_string("/proc/sys/kernel/cap_last_cap") else {
             eprintln!("SKIP: no /proc/sys/kernel/cap_last_cap to compare with");
             return;
         };
-        assert_eq!(super::last_cap(), text.trim().parse::<u32>().unwrap());
+        let last: u32 = text.trim().parse().unwrap();
+        let can_drop = has_setpcap().unwrap();
+        let pid = unsafe { libc::fork() };
+        assert!(pid >= 0);
+        if pid == 0 {
+            // System calls only: this process has other threads.
+            let ok = drop_all().is_ok();
+            let kept = |cap: u32| unsafe {
+                libc::prctl(libc::PR_CAPBSET_READ, cap as libc::c_ulong, 0, 0, 0)
+            };
+            let code = if !ok {
+                1
+            } else if can_drop && (0..=last).any(|cap| kept(cap) != 0) {
+                2
+            } else if !can_drop && (0..=last).all(|cap| kept(cap) == 0) {
+                3
+            } else {
+                0
+            };
+            unsafe { libc::_exit(code) };
+        }
+        let mut status = 0;
+        unsafe { libc::waitpid(pid, &mut status, 0) };
+        assert!(libc::WIFEXITED(status), "{status:#x}");
+        let code = libc::WEXITSTATUS(status);
+        assert_eq!(code, 0, "1: drop_all failed, 2: a capability was left in the bounding set, 3: one was dropped without CAP_SETPCAP (can drop: {can_drop})");
     }
 }
