@@ -1048,13 +1048,7 @@ mod tests {
         script: &str,
         wrap: impl FnOnce(PendingRules) -> PendingRules,
     ) -> Option<Result<Started, SandboxError>> {
-        if let Some(why) = Capabilities::get().landlock_blocker() {
-            eprintln!("SKIP: {why}");
-            return None;
-        }
-        let command: Vec<std::ffi::OsString> = vec!["sh".into(), "-c".into(), script.into()];
-        let mut prepared =
-            crate::sandbox::prepare(Backend::Landlock, &fx.policy, &command, &fx.ws).unwrap();
+        let mut prepared = prepare_sh(fx, script)?;
         let Launch::Supervised(spec) = &mut prepared.launch else {
             panic!("a landlock call runs under a supervisor");
         };
@@ -1129,18 +1123,14 @@ mod tests {
     /// once) ends cancelled, and leaves no process of the call behind.
     #[test]
     fn a_call_cancelled_at_once_ends_cancelled_and_leaves_nothing_running() {
-        if let Some(why) = Capabilities::get().landlock_blocker() {
-            eprintln!("SKIP: {why}");
-            return;
-        }
         let fx = Fixture::new();
         let pid_file = fx.ws.join("pid");
         let script = format!("echo $$ > {}; exec sleep 30", pid_file.display());
-        let command: Vec<std::ffi::OsString> = vec!["sh".into(), "-c".into(), script.into()];
         for _ in 0..5 {
             let _ = std::fs::remove_file(&pid_file);
-            let prepared =
-                crate::sandbox::prepare(Backend::Landlock, &fx.policy, &command, &fx.ws).unwrap();
+            let Some(prepared) = prepare_sh(&fx, &script) else {
+                return;
+            };
             let begun = Instant::now();
             let outcome = runtime()
                 .block_on(run(
@@ -1168,18 +1158,24 @@ mod tests {
         }
     }
 
+    /// A landlock call of `sh -c SCRIPT`, prepared (None, said loudly, without Landlock).
+    fn prepare_sh(fx: &Fixture, script: &str) -> Option<Prepared> {
+        if let Some(why) = Capabilities::get().landlock_blocker() {
+            eprintln!("SKIP: {why}");
+            return None;
+        }
+        let command: Vec<std::ffi::OsString> = vec!["sh".into(), "-c".into(), script.into()];
+        Some(crate::sandbox::prepare(Backend::Landlock, &fx.policy, &command, &fx.ws).unwrap())
+    }
+
     /// `finish` returns once the supervisor has reported, and leaves it, maybe still
     /// exiting, to `reap_exiting_supervisors`; after that it is no child of this process.
     #[test]
     fn finish_leaves_the_supervisor_to_be_reaped_before_exit() {
-        if let Some(why) = Capabilities::get().landlock_blocker() {
-            eprintln!("SKIP: {why}");
-            return;
-        }
         let fx = Fixture::new();
-        let command: Vec<std::ffi::OsString> = vec!["sh".into(), "-c".into(), "exit 7".into()];
-        let prepared =
-            crate::sandbox::prepare(Backend::Landlock, &fx.policy, &command, &fx.ws).unwrap();
+        let Some(prepared) = prepare_sh(&fx, "exit 7") else {
+            return;
+        };
         let started = start(prepared, Input::Null, Output::Capture { max_bytes: 64 }).unwrap();
         let Running::Supervised { pid, .. } = &started.running else {
             panic!("a landlock call runs under a supervisor");
