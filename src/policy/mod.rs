@@ -211,6 +211,7 @@ impl Policy {
             let path = workspace::validate(extra, &home, "--writable directory")?;
             push_unique(&mut writable, path);
         }
+
         let mut deny_candidates =
             credentials::builtin(&dirs.home, &[dirs.config.clone(), dirs.state.clone()]);
         if let Some(user_home) = &dirs.user_home {
@@ -273,6 +274,7 @@ impl Policy {
                 push_unique(&mut deny_read, resolved);
             }
         }
+
         let mut pinned = Vec::new();
         let mut read_only = Vec::new();
         let mut absent = Vec::new();

@@ -7,7 +7,10 @@
 //! call. Two shortcuts, each equivalent to the long way:
 //! - the home directory is listed once: a candidate under it whose first component is
 //!   not there does not exist (barring a race with its creation, which the long way has
-//!   too);
+//!   too). "Not there" allows for homes on case-insensitive filesystems (macOS, ext4
+//!   casefold), where `.SSH` answers for `.ssh`: names are compared without ASCII case,
+//!   and a name with other characters that could fold onto a candidate makes the
+//!   listing say nothing (see `HomeListing::may_hold`);
 //! - an existing path that is not itself a symbolic link resolves to its resolved parent
 //!   plus its name, and parents are shared (`/etc` for the shadow files): each one is
 //!   resolved once.
@@ -38,9 +41,9 @@ pub struct Prober<'a> {
     /// The home the candidates were built from, and its canonical form.
     home: &'a Path,
     canonical_home: &'a Path,
-    /// The home's entries, sorted; `None` until listed, `Some(None)` when it could not be
-    /// listed whole (unreadable, or too large): then every candidate is looked at.
-    home_entries: Option<Option<Vec<OsString>>>,
+    /// The home's entries; `None` until listed, `Some(None)` when it could not be listed
+    /// whole (unreadable, or too large): then every candidate is looked at.
+    home_entries: Option<Option<HomeListing>>,
     /// Directories already resolved, and what they resolved to.
     parents: HashMap<PathBuf, Option<PathBuf>>,
 }
@@ -83,9 +86,9 @@ impl<'a> Prober<'a> {
         let under_home = path.strip_prefix(self.home).ok();
         if let Some(Component::Normal(first)) = under_home.and_then(|r| r.components().next()) {
             if let Some(entries) = self.home_entries() {
-                entries
-                    .binary_search_by(|e| e.as_os_str().cmp(first))
-                    .ok()?;
+                if !entries.may_hold(first) {
+                    return None;
+                }
             }
         }
         let meta = std::fs::symlink_metadata(path).ok()?;
@@ -101,13 +104,11 @@ impl<'a> Prober<'a> {
         })
     }
 
-    fn home_entries(&mut self) -> Option<&Vec<OsString>> {
+    fn home_entries(&mut self) -> Option<&HomeListing> {
         let home = self.home;
         self.home_entries
             .get_or_insert_with(|| {
-                let mut names = crate::dir_entries::names(home, MAX_HOME_ENTRIES)?;
-                names.sort_unstable();
-                Some(names)
+                crate::dir_entries::names(home, MAX_HOME_ENTRIES).map(HomeListing::new)
             })
             .as_ref()
     }
@@ -120,9 +121,82 @@ impl<'a> Prober<'a> {
     }
 }
 
+/// A directory's entry names, for asking whether a name could be among them.
+#[derive(Debug)]
+struct HomeListing {
+    /// The names in ASCII lower case, sorted.
+    folded: Vec<OsString>,
+    /// Whether some name has a byte beyond ASCII: starting with a dot, or at all.
+    /// Case folding keeps ASCII punctuation and maps some other characters onto ASCII
+    /// letters (the Kelvin sign onto `k`), so such a name may be, on a case-insensitive
+    /// filesystem, the same file as a candidate spelt in ASCII with the same first byte.
+    unusual_dot_name: bool,
+    unusual_name: bool,
+}
+
+impl HomeListing {
+    fn new(names: Vec<OsString>) -> Self {
+        use std::os::unix::ffi::OsStrExt;
+        let unusual = |n: &OsString| !n.as_bytes().is_ascii();
+        let unusual_dot_name = names
+            .iter()
+            .any(|n| unusual(n) && n.as_bytes().starts_with(b"."));
+        let unusual_name = names.iter().any(unusual);
+        let mut folded: Vec<OsString> = names.iter().map(|n| n.to_ascii_lowercase()).collect();
+        folded.sort_unstable();
+        HomeListing {
+            folded,
+            unusual_dot_name,
+            unusual_name,
+        }
+    }
+
+    /// False only if no entry can be `name` (an ASCII candidate), whatever the
+    /// filesystem's idea of case.
+    fn may_hold(&self, name: &std::ffi::OsStr) -> bool {
+        use std::os::unix::ffi::OsStrExt;
+        if self
+            .folded
+            .binary_search(&name.to_ascii_lowercase())
+            .is_ok()
+        {
+            return true;
+        }
+        if name.as_bytes().starts_with(b".") {
+            self.unusual_dot_name
+        } else {
+            self.unusual_name
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// What the listing may rule out: only names no entry could be, with or without case,
+    /// even through characters that fold onto ASCII.
+    #[test]
+    fn the_listing_rules_out_only_what_no_entry_can_be() {
+        let listing = |names: &[&str]| HomeListing::new(names.iter().map(OsString::from).collect());
+        let plain = listing(&[".config", ".npmrc", "M\u{fa}sica"]);
+        assert!(plain.may_hold(".config".as_ref()));
+        assert!(
+            !plain.may_hold(".ssh".as_ref()),
+            "absent, and nothing unusual starts with a dot"
+        );
+        assert!(
+            plain.may_hold("xdg".as_ref()),
+            "a name beyond ASCII might fold onto one without a dot"
+        );
+        assert!(
+            listing(&[".SSH"]).may_hold(".ssh".as_ref()),
+            "case-insensitive filesystems"
+        );
+        // KELVIN SIGN: folds onto `k` on a casefolding filesystem.
+        assert!(listing(&[".\u{212A}ube"]).may_hold(".kube".as_ref()));
+        assert!(!listing(&[".bashrc"]).may_hold(".kube".as_ref()));
+    }
 
     /// The shortcuts give what the long way gives: for candidates absent at the first
     /// component or deeper, present as a file, a directory, a link (to inside and to
@@ -189,7 +263,7 @@ mod tests {
             );
         }
         assert!(
-            matches!(&prober.home_entries, Some(Some(names)) if names.len() == 6),
+            matches!(&prober.home_entries, Some(Some(names)) if names.folded.len() == 6),
             "the home was listed: {:?}",
             prober.home_entries
         );
