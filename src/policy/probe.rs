@@ -11,9 +11,9 @@
 //!   casefold), where `.SSH` answers for `.ssh`: names are compared without ASCII case,
 //!   and a name with other characters that could fold onto a candidate makes the
 //!   listing say nothing (see `HomeListing::may_hold`);
-//! - an existing path that is not itself a symbolic link resolves to its resolved parent
-//!   plus its name, and parents are shared (`/etc` for the shadow files): each one is
-//!   resolved once.
+//! - on Linux, an existing path that is not itself a symbolic link resolves to its
+//!   resolved parent plus its name, and parents are shared (`/etc` for the shadow files):
+//!   each one is resolved once.
 
 use std::collections::HashMap;
 use std::ffi::OsString;
@@ -92,8 +92,12 @@ impl<'a> Prober<'a> {
             }
         }
         let meta = std::fs::symlink_metadata(path).ok()?;
-        let resolved = match (meta.is_symlink(), path.parent(), path.file_name()) {
-            (false, Some(parent), Some(name)) => self.resolved_dir(parent).map(|p| p.join(name)),
+        // Linux only: its realpath keeps the spelling it was given, as the join does.
+        // macOS's returns a case-insensitive volume's own spelling of each name, which
+        // the sandbox profile must name.
+        let joined = cfg!(target_os = "linux") && !meta.is_symlink();
+        let resolved = match (joined, path.parent(), path.file_name()) {
+            (true, Some(parent), Some(name)) => self.resolved_dir(parent).map(|p| p.join(name)),
             _ => None,
         }
         .or_else(|| canonicalize(path).ok());
