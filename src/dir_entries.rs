@@ -18,30 +18,46 @@ pub enum EntryKind {
     Other,
 }
 
+/// Reads `dir` with getdents64, calling `f` with its descriptor and each entry but `.`
+/// and `..` until `f` says stop (false). `None` if the directory could not be opened or
+/// read to the end; `Some(false)` if `f` stopped it.
+#[cfg(target_os = "linux")]
+fn read_entries(
+    dir: &Path,
+    mut f: impl FnMut(&std::os::fd::OwnedFd, &rustix::fs::RawDirEntry) -> bool,
+) -> Option<bool> {
+    use rustix::fs::{Mode, OFlags, RawDir};
+    let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC;
+    let fd = rustix::fs::open(dir, flags, Mode::empty()).ok()?;
+    let mut buf: Vec<u8> = Vec::with_capacity(16 * 1024);
+    let mut entries = RawDir::new(&fd, buf.spare_capacity_mut());
+    while let Some(entry) = entries.next() {
+        let entry = entry.ok()?;
+        if matches!(entry.file_name().to_bytes(), b"." | b"..") {
+            continue;
+        }
+        if !f(&fd, &entry) {
+            return Some(false);
+        }
+    }
+    Some(true)
+}
+
 /// Calls `f` with the name and kind of every entry of `dir` but `.` and `..`, in the
 /// directory's order. An unreadable directory has no entries; an entry whose kind cannot
 /// be learnt (it vanished meanwhile) is skipped.
 #[cfg(target_os = "linux")]
 pub fn for_each_entry(dir: &Path, mut f: impl FnMut(&OsStr, EntryKind)) {
-    use rustix::fs::{FileType, Mode, OFlags, RawDir};
+    use rustix::fs::FileType;
     use std::os::unix::ffi::OsStrExt;
-    let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC;
-    let Ok(fd) = rustix::fs::open(dir, flags, Mode::empty()) else {
-        return;
-    };
-    let mut buf: Vec<u8> = Vec::with_capacity(16 * 1024);
-    let mut entries = RawDir::new(&fd, buf.spare_capacity_mut());
-    while let Some(Ok(entry)) = entries.next() {
+    read_entries(dir, |fd, entry| {
         let name = entry.file_name();
-        if matches!(name.to_bytes(), b"." | b"..") {
-            continue;
-        }
         let file_type = match entry.file_type() {
             // Some filesystems do not say in the listing: ask, without following.
             FileType::Unknown => {
-                match rustix::fs::statat(&fd, name, rustix::fs::AtFlags::SYMLINK_NOFOLLOW) {
+                match rustix::fs::statat(fd, name, rustix::fs::AtFlags::SYMLINK_NOFOLLOW) {
                     Ok(stat) => FileType::from_raw_mode(stat.st_mode),
-                    Err(_) => continue,
+                    Err(_) => return true,
                 }
             }
             known => known,
@@ -52,32 +68,24 @@ pub fn for_each_entry(dir: &Path, mut f: impl FnMut(&OsStr, EntryKind)) {
             _ => EntryKind::Other,
         };
         f(OsStr::from_bytes(name.to_bytes()), kind);
-    }
+        true
+    });
 }
 
 /// The names of the entries of `dir` but `.` and `..`, or `None` if it cannot be listed
 /// whole or holds more than `limit`.
 #[cfg(target_os = "linux")]
 pub fn names(dir: &Path, limit: usize) -> Option<Vec<std::ffi::OsString>> {
-    use rustix::fs::{Mode, OFlags, RawDir};
     use std::os::unix::ffi::OsStrExt;
-    let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC;
-    let fd = rustix::fs::open(dir, flags, Mode::empty()).ok()?;
-    let mut buf: Vec<u8> = Vec::with_capacity(16 * 1024);
-    let mut entries = RawDir::new(&fd, buf.spare_capacity_mut());
     let mut out = Vec::new();
-    while let Some(entry) = entries.next() {
-        let entry = entry.ok()?;
-        let name = entry.file_name().to_bytes();
-        if matches!(name, b"." | b"..") {
-            continue;
-        }
+    let whole = read_entries(dir, |_, entry| {
         if out.len() == limit {
-            return None;
+            return false;
         }
-        out.push(OsStr::from_bytes(name).to_os_string());
-    }
-    Some(out)
+        out.push(OsStr::from_bytes(entry.file_name().to_bytes()).to_os_string());
+        true
+    })?;
+    whole.then_some(out)
 }
 
 #[cfg(not(target_os = "linux"))]

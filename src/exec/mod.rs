@@ -605,7 +605,12 @@ async fn follow(
                 status, program, ..
             } = running
             {
-                let _ = apply_report(&mut outcome, &read_report(status), backend, &program);
+                let _ = apply_report(
+                    &mut outcome,
+                    &crate::sandbox::linux::supervisor::read_report(status),
+                    backend,
+                    &program,
+                );
                 outcome.exit_code = if outcome.timed_out { 124 } else { 130 };
                 outcome.signal = None;
             }
@@ -650,7 +655,7 @@ async fn follow(
                     EXITING.lock().unwrap_or_else(|e| e.into_inner()).push(pid);
                     text
                 }
-                (None, _) => read_report(status),
+                (None, _) => crate::sandbox::linux::supervisor::read_report(status),
             };
             apply_report(&mut outcome, &text, backend, &program)?
         }
@@ -696,15 +701,6 @@ fn check_bwrap_status(
             Ok(())
         }
     }
-}
-
-/// Everything the supervisor wrote on its status pipe, once it has exited.
-#[cfg(target_os = "linux")]
-fn read_report(status: OwnedFd) -> String {
-    use std::io::Read;
-    let mut text = String::new();
-    let _ = std::fs::File::from(status).read_to_string(&mut text);
-    text
 }
 
 #[cfg(target_os = "linux")]

@@ -98,6 +98,13 @@ impl Ending {
     }
 }
 
+/// Everything the supervisor wrote on its status pipe, once it has exited.
+pub fn read_report(status: OwnedFd) -> String {
+    let mut text = String::new();
+    let _ = std::io::Read::read_to_string(&mut std::fs::File::from(status), &mut text);
+    text
+}
+
 impl LaunchSpec {
     pub fn new(
         program: &Path,
@@ -220,9 +227,10 @@ pub fn spawn(
             }
         }
     }
-    // The supervisor was most likely placed on this CPU, where it runs only once this
-    // process blocks: block first, and close the rest while the command runs. Every page
-    // written here before blocking is a copy-on-write fault the supervisor waits behind.
+    // Unless it was moved above, the supervisor was most likely placed on this CPU, where
+    // it runs only once this process blocks: block first, and close the rest while the
+    // command runs. Every page written here before blocking is a copy-on-write fault the
+    // supervisor waits behind.
     drop(started_write);
     let started = match wait_for_start {
         Some(limit) => {
@@ -240,9 +248,7 @@ pub fn spawn(
         // The command gives up at the closed pipe; the supervisor reports that and exits.
         drop(lifeline_write);
         unsafe { libc::waitpid(pid, std::ptr::null_mut(), 0) };
-        let mut text = String::new();
-        let _ = std::io::Read::read_to_string(&mut std::fs::File::from(status_read), &mut text);
-        let ran = match Ending::parse(&text) {
+        let ran = match Ending::parse(&read_report(status_read)) {
             Some(ending) => !matches!(
                 ending.report,
                 Report::SetupFailed { .. } | Report::ExecFailed { .. }
