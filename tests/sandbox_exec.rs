@@ -1227,6 +1227,53 @@ fn landlock_never_reuses_the_tmpdir_of_a_call_whose_supervisor_was_killed() {
     let _ = std::fs::remove_dir_all(&orphaned);
 }
 
+/// Where root's landlock command hides root's secrets: in a private mount namespace that
+/// chitti made in its own process (see `supervisor::spawn`), which the command joined;
+/// the supervisor, which repairs protected paths, stays in the host's. A user's command
+/// gets no mount namespace at all (nothing is hidden by mounts). Read from outside, while
+/// the command runs.
+#[test]
+fn landlock_command_shares_chitti_s_mount_namespace_as_root_only() {
+    let fx = Fixture::new();
+    let (mut chitti, reaper, started) = start_sleeping_call(&fx, "landlock", "echo $$ > pid");
+    assert!(started, "the sandboxed sleeps never showed up");
+    let namespace = |pid: i32| {
+        std::fs::read_link(format!("/proc/{pid}/ns/mnt"))
+            .unwrap_or_else(|e| panic!("mount namespace of {pid}: {e}"))
+    };
+    let front = chitti.id() as i32;
+    let children =
+        std::fs::read_to_string(format!("/proc/{front}/task/{front}/children")).unwrap_or_default();
+    let supervisor: i32 = children.trim().parse().expect("one supervisor");
+    let command: i32 = read(&fx.ws("pid"))
+        .trim()
+        .parse()
+        .expect("the command's pid");
+    let host = namespace(std::process::id() as i32);
+    let (front_ns, supervisor_ns, command_ns) =
+        (namespace(front), namespace(supervisor), namespace(command));
+    let _ = chitti.kill();
+    chitti.wait().unwrap();
+    drop(reaper);
+    assert_eq!(
+        supervisor_ns, host,
+        "the supervisor left the host's mount namespace"
+    );
+    if unsafe { libc::geteuid() } == 0 {
+        assert_ne!(
+            command_ns, host,
+            "root's command runs in the host's mount namespace"
+        );
+        assert_eq!(
+            command_ns, front_ns,
+            "root's command did not join chitti's mount namespace"
+        );
+    } else {
+        assert_eq!(command_ns, host, "a user's command got a mount namespace");
+        assert_eq!(front_ns, host);
+    }
+}
+
 // ---------------------------------------------------------------------------------------
 // 8. Exit codes
 

@@ -111,7 +111,8 @@ pub fn run(args: ExecArgs) -> i32 {
                     sandbox::prepare_started_bwrap(&setup.policy, &args.command, &cwd, fds)?,
                 )?,
                 None => exec::start_and_wait(
-                    sandbox::prepare(setup.backend, &setup.policy, &args.command, &cwd)?,
+                    sandbox::prepare(setup.backend, &setup.policy, &args.command, &cwd)?
+                        .as_the_only_call(),
                     stdin_input(),
                     output,
                     Duration::from_secs(1),

@@ -1164,6 +1164,55 @@ mod tests {
         Some(crate::sandbox::prepare(Backend::Landlock, &fx.policy, &command, &fx.ws).unwrap())
     }
 
+    /// A chitti with other threads (this test process) never makes the masks' namespace
+    /// for a call marked as its only one: that would move only the calling thread. The
+    /// command makes its own instead, with the same masks (as root: /etc/shadow hidden),
+    /// and the thread's mount namespace is the one it had.
+    #[test]
+    fn a_chitti_with_threads_leaves_the_masks_to_the_command() {
+        let fx = Fixture::new();
+        let ran = fx.ws.join("ran");
+        let copy = fx.ws.join("shadow");
+        let script = format!(
+            "echo ran > '{}'; cat /etc/shadow > '{}'",
+            ran.display(),
+            copy.display()
+        );
+        let Some(prepared) = prepare_sh(&fx, &script) else {
+            return;
+        };
+        let own_namespace = || std::fs::read_link("/proc/thread-self/ns/mnt").unwrap();
+        let before = own_namespace();
+        let started = start_with(
+            prepared.as_the_only_call(),
+            Input::Null,
+            Output::Capture { max_bytes: 4096 },
+            Some(Duration::from_secs(20)),
+        )
+        .unwrap();
+        assert_eq!(
+            own_namespace(),
+            before,
+            "this thread changed its mount namespace"
+        );
+        let outcome = runtime()
+            .block_on(finish(
+                started,
+                Duration::from_secs(60),
+                std::future::pending(),
+            ))
+            .unwrap();
+        reap_exiting_supervisors();
+        assert_eq!(
+            std::fs::read_to_string(&ran).unwrap(),
+            "ran\n",
+            "{outcome:?}"
+        );
+        let leaked = std::fs::read(&copy).unwrap_or_default();
+        assert!(leaked.is_empty(), "/etc/shadow was readable: {outcome:?}");
+        assert_eq!(own_namespace(), before);
+    }
+
     /// `finish` returns once the supervisor has reported, and leaves it, maybe still
     /// exiting, to `reap_exiting_supervisors`; after that it is no child of this process.
     #[test]

@@ -202,6 +202,19 @@ pub struct Prepared {
     pub held: Vec<Box<dyn std::any::Any + Send>>,
 }
 
+impl Prepared {
+    /// For the one call of a chitti that has a single thread and exits after it (`sandbox
+    /// exec`): lets chitti make the masks' mount namespace in its own process, where that
+    /// overlaps the supervisor's start, for the command to join (`supervisor::spawn`).
+    pub fn as_the_only_call(mut self) -> Prepared {
+        #[cfg(target_os = "linux")]
+        if let Launch::Supervised(spec) = &mut self.launch {
+            spec.masks_in_chitti = true;
+        }
+        self
+    }
+}
+
 /// What a long-lived session (chat, mcp) keeps from one call to the next to make calls
 /// cheaper, never anything that changes what a call enforces. One per session, shared by
 /// its calls.

@@ -20,7 +20,9 @@
 //!   away with the command's last process.
 //!
 //! The mounts are made in the command's process between fork and exec, before the
-//! capabilities are dropped. Where they could be refused at that point (no CAP_SYS_ADMIN,
+//! capabilities are dropped; for a one-shot `sandbox exec`, chitti makes them in its own
+//! process once the supervisor is forked (that overlaps the supervisor's start), and the
+//! command joins chitti's namespace with `setns` on chitti's pidfd instead. Where they could be refused at that point (no CAP_SYS_ADMIN,
 //! a seccomp filter or LSM profile confining chitti itself), [`available`] says no before
 //! planning, and the rules are enumerated as for any other user.
 
@@ -134,8 +136,9 @@ impl Masks {
     /// On failure returns the step and errno; the caller must not exec then.
     ///
     /// # Safety
-    /// Changes the calling process's mount namespace: call it only in the command's
-    /// process, before exec.
+    /// Changes the calling thread's mount namespace: call it only in the command's
+    /// process, before exec, or in a chitti with a single thread that exits after the
+    /// call and whose command joins that namespace (`supervisor::spawn`).
     pub unsafe fn apply(&self) -> Result<(), (&'static [u8], i32)> {
         // nix's calls take `&CStr` as it is: nothing is allocated here.
         let step = |what: &'static [u8]| move |e: Errno| (what, e as i32);
