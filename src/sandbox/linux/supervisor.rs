@@ -7,7 +7,9 @@
 //!
 //! A one-shot call's Landlock rules are added by chitti after the fork, on another CPU
 //! than the supervisor's start and the command's set-up; the command waits for a byte on
-//! the go pipe before it restricts itself, and gives up without it.
+//! the go pipe before it restricts itself, and gives up without it. As root, a one-shot
+//! `sandbox exec` also makes the masks' mount namespace there (`masks_in_chitti`), and
+//! the command joins it instead of making its own.
 //!
 //! The supervisor stays outside the sandbox. It is a child subreaper: when the command
 //! exits, when chitti closes the lifeline pipe (timeout, cancellation), or when chitti
