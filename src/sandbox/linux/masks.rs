@@ -17,14 +17,15 @@
 //!   towards any process outside the sandbox's own domain;
 //! - nothing reaches the host: the namespace's mounts are made slaves of the host's before
 //!   anything is mounted, so mounts propagate in but never out, and the namespace goes
-//!   away with the command's last process.
+//!   away with the last process in it (the command's, or chitti's where chitti made it).
 //!
 //! The mounts are made in the command's process between fork and exec, before the
-//! capabilities are dropped; for a one-shot `sandbox exec`, chitti makes them in its own
-//! process once the supervisor is forked (that overlaps the supervisor's start), and the
-//! command joins chitti's namespace with `setns` on chitti's pidfd instead. Where they could be refused at that point (no CAP_SYS_ADMIN,
-//! a seccomp filter or LSM profile confining chitti itself), [`available`] says no before
-//! planning, and the rules are enumerated as for any other user.
+//! capabilities are dropped. For a one-shot `sandbox exec`, chitti makes them in its own
+//! process instead, once the supervisor is forked (that overlaps the supervisor's start),
+//! and the command joins chitti's namespace with `setns` on chitti's pidfd. Where they
+//! could be refused (no CAP_SYS_ADMIN, a seccomp filter or LSM profile confining chitti
+//! itself), [`available`] says no before planning, and the rules are enumerated as for
+//! any other user.
 
 use std::ffi::{CStr, CString};
 use std::os::unix::ffi::OsStrExt;
