@@ -1006,6 +1006,12 @@ mod tests {
             .unwrap()
     }
 
+    /// Follows a started call to its end (a minute at most, no cancellation).
+    fn outcome_of(started: Started) -> Outcome {
+        let finished = finish(started, Duration::from_secs(60), std::future::pending());
+        runtime().block_on(finished).unwrap()
+    }
+
     /// What `finish` waits for before it sets up the stdio readers: the command running
     /// its program, or nothing once it was waited for.
     #[test]
@@ -1080,12 +1086,7 @@ mod tests {
         let Some(started) = start_with_rules(&fx, &script, late) else {
             return;
         };
-        let finished = finish(
-            started.unwrap(),
-            Duration::from_secs(20),
-            std::future::pending(),
-        );
-        let outcome = runtime().block_on(finished).unwrap();
+        let outcome = outcome_of(started.unwrap());
         assert_eq!(outcome.exit_code, 0, "{outcome:?}");
         assert_eq!(std::fs::read_to_string(&marker).unwrap(), "ok\n");
     }
@@ -1195,13 +1196,7 @@ mod tests {
             before,
             "this thread changed its mount namespace"
         );
-        let outcome = runtime()
-            .block_on(finish(
-                started,
-                Duration::from_secs(60),
-                std::future::pending(),
-            ))
-            .unwrap();
+        let outcome = outcome_of(started);
         reap_exiting_supervisors();
         assert_eq!(
             std::fs::read_to_string(&ran).unwrap(),
@@ -1226,13 +1221,7 @@ mod tests {
             panic!("a landlock call runs under a supervisor");
         };
         let pid = *pid;
-        let outcome = runtime()
-            .block_on(finish(
-                started,
-                Duration::from_secs(60),
-                std::future::pending(),
-            ))
-            .unwrap();
+        let outcome = outcome_of(started);
         assert_eq!(outcome.exit_code, 7, "{outcome:?}");
         assert!(
             EXITING.lock().unwrap().contains(&pid),
