@@ -537,16 +537,14 @@ unsafe fn command_main(spec: &LaunchSpec, execve: &Execve, step: RawFd, fds: Fds
     if let Err(e) = spec.rlimits.apply() {
         fail(b"setrlimit", e.raw_os_error().unwrap_or(libc::EIO));
     }
-    if let Some(r) = &spec.restrictions {
-        if let Some(masks) = &r.masks {
-            let made = match joined_chitti_s_namespace(fds) {
-                Ok(true) => Ok(()),
-                Ok(false) => masks.apply(),
-                Err(e) => Err(e),
-            };
-            if let Err((step, errno)) = made {
-                fail(step, errno);
-            }
+    if let Some(masks) = spec.restrictions.as_ref().and_then(|r| r.masks.as_ref()) {
+        let made = match joined_chitti_s_namespace(fds) {
+            Ok(true) => Ok(()),
+            Ok(false) => masks.apply(),
+            Err(e) => Err(e),
+        };
+        if let Err((step, errno)) = made {
+            fail(step, errno);
         }
     }
     // After the masks: joining a mount namespace moves the working directory to its root.
