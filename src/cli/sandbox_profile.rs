@@ -118,11 +118,12 @@ fn render(
             if policy.private_tmp {
                 writable.push(tmp);
             }
-            let (masks, deny_read) = landlock_masks(&policy.deny_read)?;
+            let (masks, deny_read, private_dev) = landlock_masks(&policy.deny_read, &writable)?;
             let rules = landlock_rules::plan(&landlock_rules::Spec {
                 writable: &writable,
                 deny_read,
                 terminals: &[],
+                private_dev: private_dev.as_deref(),
             });
             out.push_str(&format!(
                 "\nbackend landlock: Landlock ABI 6 (fs + signal/abstract-socket scoping), {} rules:\n{}",
@@ -200,18 +201,31 @@ fn describe_policy(p: &Policy, description: &str) -> String {
     )
 }
 
-/// As `prepare` decides it: how the mounts a Landlock call would hide `deny_read` with
-/// read (as root, where it makes them), and the paths its rules must still go around.
+/// What a Landlock call plans besides its rules: the mounts, described, that would hide
+/// `deny_read` (as root, where it makes them), the paths the rules must still go around,
+/// and the minimal /dev's directory if the command gets one.
+type LandlockMasks<'a> = (Option<String>, &'a [PathBuf], Option<PathBuf>);
+
+/// [`LandlockMasks`] as `prepare` decides them.
 #[cfg(target_os = "linux")]
-fn landlock_masks(deny_read: &[PathBuf]) -> Result<(Option<String>, &[PathBuf]), String> {
-    let (masks, around) = crate::sandbox::linux::masks::for_policy(deny_read)?;
-    Ok((masks.map(|m| m.describe()), around))
+fn landlock_masks<'a>(
+    deny_read: &'a [PathBuf],
+    writable: &[PathBuf],
+) -> Result<LandlockMasks<'a>, String> {
+    let (masks, around) = crate::sandbox::linux::masks::for_policy(deny_read, writable)?;
+    let private_dev = masks
+        .as_ref()
+        .and_then(|m| m.private_dev().map(Path::to_path_buf));
+    Ok((masks.map(|m| m.describe()), around, private_dev))
 }
 
 /// Off Linux the Landlock plan is shown as Linux would make it for a user.
 #[cfg(not(target_os = "linux"))]
-fn landlock_masks(deny_read: &[PathBuf]) -> Result<(Option<String>, &[PathBuf]), String> {
-    Ok((None, deny_read))
+fn landlock_masks<'a>(
+    deny_read: &'a [PathBuf],
+    _writable: &[PathBuf],
+) -> Result<LandlockMasks<'a>, String> {
+    Ok((None, deny_read, None))
 }
 
 #[cfg(target_os = "linux")]

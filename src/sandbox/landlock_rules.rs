@@ -4,7 +4,10 @@
 //! directory, so "read everything except ~/.ssh" is built by granting the siblings of
 //! every denied path along its ancestry, instead of an ancestor itself. Ancestors only get
 //! directory listing. /dev is treated as an ancestor of everything in it, so that only
-//! the listed harmless devices are granted. Writes are granted on the writable roots.
+//! the listed harmless devices are granted, unless the command gets a /dev holding only
+//! those (root's mount namespace, `linux::private_dev`): that directory is granted whole.
+//! With nothing left to go around, `/` is one rule. Writes are granted on the writable
+//! roots.
 
 use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
@@ -33,6 +36,9 @@ pub enum Grant {
     ReadFile,
     /// Read, write and ioctl one device.
     Device,
+    /// Read, write and ioctl the devices beneath a directory (the minimal /dev), and list
+    /// it; nothing can be made or removed in it.
+    DeviceTree,
     /// Everything beneath a writable root.
     Write,
 }
@@ -50,11 +56,17 @@ pub struct Spec<'a> {
     pub deny_read: &'a [PathBuf],
     /// Terminals handed to the command as stdio, which it may keep using.
     pub terminals: &'a [PathBuf],
+    /// The directory mounted over /dev in the command's mount namespace, if any: it holds
+    /// the harmless devices only.
+    pub private_dev: Option<&'a Path>,
 }
 
 /// Plans the rules, listing only the ancestors of denied paths (a few directories).
 pub fn plan(spec: &Spec) -> Vec<Rule> {
-    let mut ancestors: Vec<PathBuf> = vec![PathBuf::from("/"), PathBuf::from("/dev")];
+    let mut ancestors: Vec<PathBuf> = vec![PathBuf::from("/")];
+    if spec.private_dev.is_none() {
+        ancestors.push(PathBuf::from("/dev"));
+    }
     for path in spec.deny_read {
         let mut cur = path.parent();
         while let Some(dir) = cur {
@@ -66,6 +78,11 @@ pub fn plan(spec: &Spec) -> Vec<Rule> {
     }
     let mut rules = Vec::new();
     let mut push = |path: PathBuf, grant| rules.push(Rule { path, grant });
+    if ancestors.len() == 1 {
+        // Nothing to go around.
+        push(PathBuf::from("/"), Grant::ReadTree);
+        ancestors.clear();
+    }
     for dir in &ancestors {
         push(dir.clone(), Grant::List);
         if dir == Path::new("/dev") {
@@ -94,9 +111,14 @@ pub fn plan(spec: &Spec) -> Vec<Rule> {
             push(dir.join(name), grant);
         });
     }
-    for dev in SAFE_DEVICES {
-        if Path::new(dev).exists() {
-            push(PathBuf::from(dev), Grant::Device);
+    match spec.private_dev {
+        Some(dir) => push(dir.to_path_buf(), Grant::DeviceTree),
+        None => {
+            for dev in SAFE_DEVICES {
+                if Path::new(dev).exists() {
+                    push(PathBuf::from(dev), Grant::Device);
+                }
+            }
         }
     }
     for tty in spec.terminals {
@@ -116,6 +138,7 @@ pub fn describe(rules: &[Rule]) -> String {
             Grant::ReadTree => "read+exec (tree)",
             Grant::ReadFile => "read+exec",
             Grant::Device => "read+write+ioctl (device)",
+            Grant::DeviceTree => "read+write+ioctl (devices)",
             Grant::Write => "all access (tree)",
         };
         out.push_str(&format!("  {:<26} {}\n", what, r.path.display()));
@@ -147,6 +170,7 @@ mod tests {
             writable: &writable,
             deny_read: &deny,
             terminals: &[],
+            private_dev: None,
         });
         let granted = |p: &Path| {
             rules
@@ -180,5 +204,42 @@ mod tests {
             );
         }
         assert!(!granted(Path::new("/dev/mem")));
+    }
+
+    /// With the minimal /dev and nothing to go around (root's calls), the plan is `/`
+    /// whole, the devices' directory and the writable roots: nothing is listed.
+    #[test]
+    fn with_a_minimal_dev_and_nothing_hidden_root_is_granted_whole() {
+        let writable = vec![PathBuf::from("/work/ws")];
+        let terminals = vec![PathBuf::from("/dev/pts/3")];
+        let rules = plan(&Spec {
+            writable: &writable,
+            deny_read: &[],
+            terminals: &terminals,
+            private_dev: Some(Path::new("/var/lib/chitti/dev")),
+        });
+        let rule = |path: &str, grant| Rule {
+            path: PathBuf::from(path),
+            grant,
+        };
+        assert_eq!(
+            rules,
+            [
+                rule("/", Grant::ReadTree),
+                rule("/var/lib/chitti/dev", Grant::DeviceTree),
+                rule("/dev/pts/3", Grant::Device),
+                rule("/work/ws", Grant::Write),
+            ]
+        );
+        // Without it, /dev is gone around: `/` is listed, never granted whole.
+        let rules = plan(&Spec {
+            writable: &writable,
+            deny_read: &[],
+            terminals: &terminals,
+            private_dev: None,
+        });
+        assert!(rules.contains(&rule("/", Grant::List)));
+        assert!(!rules.contains(&rule("/", Grant::ReadTree)));
+        assert!(!rules.iter().any(|r| r.grant == Grant::DeviceTree));
     }
 }

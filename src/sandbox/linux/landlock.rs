@@ -37,6 +37,11 @@ fn device_rw_access() -> BitFlags<AccessFs> {
     make_bitflags!(AccessFs::{ ReadFile | WriteFile | Truncate | IoctlDev })
 }
 
+/// [`device_rw_access`] beneath a directory, which may be listed but not changed.
+fn device_tree_access() -> BitFlags<AccessFs> {
+    device_rw_access() | AccessFs::ReadDir
+}
+
 /// Builds (but does not enforce) the ruleset. Enforcement happens in the command
 /// between fork and exec (`landlock_restrict_self` on the ruleset's descriptor).
 pub fn build(rules: &[Rule]) -> Result<OwnedFd, LandlockError> {
@@ -103,6 +108,7 @@ fn grant_of(grant: Grant) -> (bool, BitFlags<AccessFs>) {
         Grant::ReadTree => (true, read_dir_access()),
         Grant::ReadFile => (false, read_file_access()),
         Grant::Device => (false, device_rw_access()),
+        Grant::DeviceTree => (true, device_tree_access()),
         Grant::Write => (true, AccessFs::from_all(PINNED_ABI)),
     }
 }

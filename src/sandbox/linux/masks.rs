@@ -19,6 +19,9 @@
 //!   anything is mounted, so mounts propagate in but never out, and the namespace goes
 //!   away with the last process in it (the command's, or chitti's where chitti made it).
 //!
+//! Where it can (see `private_dev`), the namespace also gets a /dev holding only the
+//! harmless devices, so that Landlock may grant `/` whole instead of going around /dev.
+//!
 //! The mounts are made in the command's process between fork and exec, before the
 //! capabilities are dropped. For a one-shot `sandbox exec`, chitti makes them in its own
 //! process instead, once the supervisor is forked (that overlaps the supervisor's start),
@@ -83,12 +86,25 @@ fn unconfined_by_lsm() -> bool {
 
 /// How a Landlock call keeps `deny_read` unreadable: masks where this process may mount
 /// over the paths, and the paths the Landlock rules must still go around (none then; all
-/// of them where there are no masks).
-pub fn for_policy(deny_read: &[PathBuf]) -> Result<(Option<Masks>, &[PathBuf]), String> {
+/// of them where there are no masks). The masks include the minimal /dev where there is
+/// one to be had for a call with the writable roots `writable`.
+pub fn for_policy<'a>(
+    deny_read: &'a [PathBuf],
+    writable: &[PathBuf],
+) -> Result<(Option<Masks>, &'a [PathBuf]), String> {
     if deny_read.is_empty() || !available() {
         return Ok((None, deny_read));
     }
-    Ok((Some(Masks::plan(deny_read)?), &[]))
+    let mut masks = Masks::plan(deny_read)?;
+    if let Some(dev) = super::private_dev::for_call(writable) {
+        masks.dev = Some(c_path(&dev)?);
+    }
+    Ok((Some(masks), &[]))
+}
+
+fn c_path(path: &Path) -> Result<CString, String> {
+    CString::new(path.as_os_str().as_bytes())
+        .map_err(|_| format!("{}: a path with a NUL byte", path.display()))
 }
 
 /// Read-only, and nothing on it can be opened as a device, run or gain privileges.
@@ -105,6 +121,8 @@ const NONE: Option<&CStr> = None;
 pub struct Masks {
     files: Vec<CString>,
     dirs: Vec<CString>,
+    /// The directory mounted over /dev (`private_dev`), if any.
+    dev: Option<CString>,
 }
 
 /// What to mount over a path: decided by what it is now.
@@ -122,8 +140,7 @@ impl Masks {
     pub fn plan(hidden: &[PathBuf]) -> Result<Masks, String> {
         let mut masks = Masks::default();
         for path in hidden {
-            let c = CString::new(path.as_os_str().as_bytes())
-                .map_err(|_| format!("{}: a path with a NUL byte", path.display()))?;
+            let c = c_path(path)?;
             match cover_for(path) {
                 Cover::DevNull => masks.files.push(c),
                 Cover::EmptyDir => masks.dirs.push(c),
@@ -132,21 +149,61 @@ impl Masks {
         Ok(masks)
     }
 
+    /// The directory mounted over /dev, if any: the Landlock rules grant its devices.
+    pub fn private_dev(&self) -> Option<&Path> {
+        use std::os::unix::ffi::OsStrExt;
+        let dev = self.dev.as_ref()?;
+        Some(Path::new(std::ffi::OsStr::from_bytes(dev.to_bytes())))
+    }
+
     /// Moves the calling process into a private mount namespace and mounts over every
-    /// hidden path. System calls only (runs between fork and exec); needs CAP_SYS_ADMIN.
-    /// On failure returns the step and errno; the caller must not exec then.
+    /// hidden path: [`Masks::enter`], then [`Masks::cover`]. System calls only (runs
+    /// between fork and exec); needs CAP_SYS_ADMIN. On failure returns the step and
+    /// errno; the caller must not exec then.
+    ///
+    /// # Safety
+    /// As [`Masks::enter`].
+    pub unsafe fn apply(&self) -> Result<(), (&'static [u8], i32)> {
+        Self::enter()?;
+        self.cover()
+    }
+
+    /// Moves the calling process into a private mount namespace, whose mounts never reach
+    /// the host. System calls only.
     ///
     /// # Safety
     /// Changes the calling thread's mount namespace: call it only in the command's
     /// process, before exec, or in a chitti with a single thread that exits after the
     /// call and whose command joins that namespace (`supervisor::spawn`).
-    pub unsafe fn apply(&self) -> Result<(), (&'static [u8], i32)> {
+    pub unsafe fn enter() -> Result<(), (&'static [u8], i32)> {
         // nix's calls take `&CStr` as it is: nothing is allocated here.
         let step = |what: &'static [u8]| move |e: Errno| (what, e as i32);
         unshare(CloneFlags::CLONE_NEWNS).map_err(step(b"private mount namespace"))?;
         // Slaves: the host's later mounts still appear, ours never reach the host.
         let slaves = MsFlags::MS_REC | MsFlags::MS_SLAVE;
-        mount(NONE, c"/", NONE, slaves, NONE).map_err(step(b"mount namespace propagation"))?;
+        mount(NONE, c"/", NONE, slaves, NONE).map_err(step(b"mount namespace propagation"))
+    }
+
+    /// Mounts the minimal /dev and over every hidden path, in the namespace [`Masks::enter`]
+    /// made. System calls only.
+    ///
+    /// # Safety
+    /// Only in a process that [`Masks::enter`] moved into a namespace of its own.
+    pub unsafe fn cover(&self) -> Result<(), (&'static [u8], i32)> {
+        let step = |what: &'static [u8]| move |e: Errno| (what, e as i32);
+        // Read-only: the directory is kept for the calls after this one. Its nodes can
+        // still be opened: the bind keeps its filesystem's flags, checked to allow them.
+        if let Some(dev) = &self.dev {
+            let minimal = step(b"mounting the minimal /dev");
+            let bind = MsFlags::MS_BIND;
+            mount(Some(dev.as_c_str()), c"/dev", NONE, bind, NONE).map_err(minimal)?;
+            let read_only = MsFlags::MS_REMOUNT
+                | bind
+                | MsFlags::MS_RDONLY
+                | MsFlags::MS_NOSUID
+                | MsFlags::MS_NOEXEC;
+            mount(NONE, c"/dev", NONE, read_only, NONE).map_err(minimal)?;
+        }
         // The first file gets /dev/null and its flags (a remount); the others are binds of
         // that mount, which keep them. nodev: the node cannot even be opened (EACCES), so
         // reads fail as under a Landlock denial instead of returning nothing.
@@ -189,6 +246,10 @@ impl Masks {
         for (path, cover) in lines {
             out.push_str(&format!("  {:<34} {}\n", cover, path.to_string_lossy()));
         }
+        if let Some(dev) = &self.dev {
+            let cover = format!("{} (read-only)", dev.to_string_lossy());
+            out.push_str(&format!("  {cover:<34} /dev\n"));
+        }
         out
     }
 }
@@ -230,7 +291,7 @@ mod tests {
         let with_nul = PathBuf::from(OsStr::from_bytes(b"/etc/a\0b"));
         assert!(Masks::plan(&[with_nul]).is_err());
         assert!(
-            for_policy(&[]).unwrap().0.is_none(),
+            for_policy(&[], &[]).unwrap().0.is_none(),
             "nothing to hide, no namespace"
         );
     }
@@ -256,7 +317,7 @@ mod tests {
         std::fs::write(root.join("notes"), "NOTES").unwrap();
         let hidden: Vec<PathBuf> = files.iter().chain(&dirs).cloned().collect();
 
-        let (planned, around) = for_policy(&hidden).unwrap();
+        let (planned, around) = for_policy(&hidden, &[]).unwrap();
         assert_eq!(
             around.is_empty(),
             planned.is_some(),
@@ -333,6 +394,69 @@ mod tests {
             !mounts.contains(&*root.to_string_lossy()),
             "the child's mounts reached this process:\n{mounts}"
         );
+    }
+
+    /// As root, the masks' namespace gets the minimal /dev: its devices can be written,
+    /// the host's other devices are not there, and nothing can be made in it; the host's
+    /// /dev is untouched.
+    #[test]
+    fn the_namespace_gets_a_dev_with_the_harmless_devices_only() {
+        let dir = tempfile::tempdir().unwrap();
+        let secret = dir.path().canonicalize().unwrap().join("secret");
+        std::fs::write(&secret, "SECRET").unwrap();
+        let (planned, _) = for_policy(std::slice::from_ref(&secret), &[]).unwrap();
+        if !nix::unistd::geteuid().is_root() {
+            assert!(planned.is_none(), "masks planned for a user");
+            return;
+        }
+        let Some(masks) = planned else {
+            eprintln!("SKIP: root here may not mount (no CAP_SYS_ADMIN, or confined)");
+            return;
+        };
+        assert!(
+            masks.private_dev().is_some(),
+            "no minimal /dev for root: /var/lib/chitti/dev could not be made or trusted"
+        );
+        // A device of the host's that is not harmless: a disk, else kernel memory or log.
+        let other = std::fs::read_dir("/dev")
+            .unwrap()
+            .flatten()
+            .map(|e| e.path())
+            .find(|p| {
+                use std::os::unix::fs::FileTypeExt;
+                p.symlink_metadata().is_ok_and(|m| m.file_type().is_block_device())
+            })
+            .or_else(|| {
+                ["/dev/mem", "/dev/kmsg", "/dev/console"]
+                    .map(PathBuf::from)
+                    .into_iter()
+                    .find(|p| p.exists())
+            })
+            .expect("no disk, /dev/mem, /dev/kmsg or /dev/console on this host to look for");
+        let other_c = CString::new(other.as_os_str().as_bytes()).unwrap();
+        // [apply, write /dev/null, open the other device, make /dev/new]: errno or 0.
+        let report = report_from_child(|| unsafe {
+            let errno = |ret: i32| if ret < 0 { Errno::last_raw() } else { 0 };
+            let applied = masks.apply().err().map_or(0, |(_, e)| e);
+            let null = libc::open(c"/dev/null".as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC);
+            let null = if null >= 0 && libc::write(null, b"x".as_ptr().cast(), 1) == 1 {
+                0
+            } else {
+                Errno::last_raw().max(1)
+            };
+            let other = errno(libc::open(other_c.as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC));
+            let flags = libc::O_CREAT | libc::O_WRONLY | libc::O_CLOEXEC;
+            let made = errno(libc::open(c"/dev/new".as_ptr(), flags, 0o600));
+            [applied, null, other, made]
+        });
+        assert_eq!(
+            report,
+            [0, 0, libc::ENOENT, libc::EROFS],
+            "[apply, write /dev/null, open {}, make /dev/new]",
+            other.display()
+        );
+        assert!(other.exists(), "{} gone from the host", other.display());
+        assert!(!Path::new("/dev/new").exists());
     }
 
     /// On most hosts / is a shared mount, and a mount made in a copy of the namespace

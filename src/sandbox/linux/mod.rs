@@ -8,6 +8,7 @@ pub mod direct;
 pub mod early_bwrap;
 pub mod landlock;
 pub mod masks;
+pub mod private_dev;
 pub mod seccomp;
 pub mod supervisor;
 pub mod tmp_pool;
@@ -148,11 +149,16 @@ pub(crate) fn prepare_bwrap(
     })
 }
 
-fn plan_rules(writable: &[PathBuf], deny_read: &[PathBuf]) -> Vec<landlock_rules::Rule> {
+fn plan_rules(
+    writable: &[PathBuf],
+    deny_read: &[PathBuf],
+    private_dev: Option<&Path>,
+) -> Vec<landlock_rules::Rule> {
     landlock_rules::plan(&landlock_rules::Spec {
         writable,
         deny_read,
         terminals: &stdio_terminals(),
+        private_dev,
     })
 }
 
@@ -182,8 +188,9 @@ fn prepare_supervised(
         // The private TMPDIR, another for every call, is granted on its own: in a session the
         // rest of the plan can then be the same from one call to the next.
         // As root, mounts hide what Landlock would otherwise have to go around.
-        let (masks, deny_read) =
-            masks::for_policy(&policy.deny_read).map_err(SandboxError::Unavailable)?;
+        let (masks, deny_read) = masks::for_policy(&policy.deny_read, &policy.writable)
+            .map_err(SandboxError::Unavailable)?;
+        let private_dev = masks.as_ref().and_then(masks::Masks::private_dev);
         // What the command needs besides the ruleset. A one-shot call's TMPDIR comes from
         // the pool; a session's ruleset keeps the grants of earlier calls' TMPDIRs, so
         // each of its calls gets a directory no other call will ever use.
@@ -221,7 +228,7 @@ fn prepare_supervised(
                         tmp.as_ref().map(|t| landlock::CallTmp::Fresh(t.path()))
                     }
                 };
-                let rules = plan_rules(&policy.writable, deny_read);
+                let rules = plan_rules(&policy.writable, deny_read, private_dev);
                 let (fd, lease) = session
                     .landlock
                     .ruleset_for(&rules, call_tmp)
@@ -235,9 +242,10 @@ fn prepare_supervised(
                 let fd = landlock::create().map_err(unavailable)?;
                 let writable = policy.writable.clone();
                 let deny_read = deny_read.to_vec();
+                let private_dev = private_dev.map(Path::to_path_buf);
                 let tmp = tmp.as_ref().map(|t| t.path().to_path_buf());
                 let add_rules: supervisor::PendingRules = Box::new(move |ruleset| {
-                    let rules = plan_rules(&writable, &deny_read);
+                    let rules = plan_rules(&writable, &deny_read, private_dev.as_deref());
                     landlock::add_all(ruleset, &rules).map_err(|e| e.to_string())?;
                     if let Some(tmp) = &tmp {
                         landlock::grant_writable(ruleset, tmp).map_err(|e| e.to_string())?;

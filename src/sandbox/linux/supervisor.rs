@@ -28,6 +28,7 @@ use std::path::Path;
 use serde::{Deserialize, Serialize};
 
 use super::caps;
+use super::masks::Masks;
 use super::vfork::{c_string, open_pidfd, wait_readable, ExecImage, Execve};
 use crate::sandbox::rlimits::Rlimits;
 
@@ -64,7 +65,7 @@ pub struct Restrictions {
     pub pending_rules: Option<PendingRules>,
     pub seccomp: &'static seccompiler::BpfProgram,
     /// Mounts hiding the unreadable paths, made before the capabilities go (root only).
-    pub masks: Option<super::masks::Masks>,
+    pub masks: Option<Masks>,
 }
 
 /// Everything needed to run one command, prepared before any fork.
@@ -236,19 +237,37 @@ pub fn spawn(
                 Err(format!("cannot let the command go on: {e}"))
             }
         };
+        // The masks' private mount namespace costs its creation and mounts (some 0.1 ms):
+        // made here, while the supervisor and the command start on the other CPU, the
+        // command only joins it. It joins as soon as the namespace exists, and mounts made
+        // in it afterwards are its mounts too: they are all in place before the go byte,
+        // and nothing runs before that but the command's own set-up. Should the namespace
+        // not be made here, the command makes its own as ever, with the same masks.
+        let mut to_cover = None;
         if chitti_pidfd.is_some() {
-            // The masks' private mount namespace costs its creation and mounts (some
-            // 0.07 ms): made here, while the supervisor and the command start on the
-            // other CPU, the command only joins it. Should this fail, the command makes
-            // its own as ever, with the same masks.
-            let made = restrictions
+            let masks = restrictions
                 .masks
                 .as_ref()
-                .is_some_and(|masks| single_threaded() && unsafe { masks.apply() }.is_ok());
-            rules_added = send(if made { JOIN_CHITTI } else { MAKE_OWN });
+                .filter(|_| single_threaded() && unsafe { Masks::enter() }.is_ok());
+            rules_added = send(if masks.is_some() {
+                JOIN_CHITTI
+            } else {
+                MAKE_OWN
+            });
+            to_cover = masks;
         }
+        // Before the mounts: a terminal's rule names it by its path under the host's /dev.
         if let (Some(add_rules), Ok(())) = (pending_rules, &rules_added) {
             rules_added = add_rules(restrictions.landlock.as_fd());
+        }
+        if let (Some(masks), Ok(())) = (to_cover, &rules_added) {
+            if let Err((step, errno)) = unsafe { masks.cover() } {
+                rules_added = Err(format!(
+                    "cannot hide the credential locations ({}): {}",
+                    String::from_utf8_lossy(step),
+                    nix::errno::Errno::from_raw(errno)
+                ));
+            }
         }
         if rules_added.is_ok() {
             rules_added = send(1);
