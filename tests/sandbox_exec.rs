@@ -87,6 +87,7 @@ on_both_backends!(
     script_without_interpreter_line_runs_with_sh,
     missing_workspace_is_125,
     root_workspace_is_125,
+    workspace_in_a_credential_location_is_125,
     unknown_profile_is_125,
     malformed_profile_is_125,
     unknown_profile_key_is_125,
@@ -1400,6 +1401,17 @@ fn root_workspace_is_125(backend: &str) {
     let (chitti, sentinel, script) = with_sentinel(&fx, backend);
     let ran = chitti.workspace("/").sh(&script);
     assert_setup_error(&ran, &sentinel, &[]);
+}
+
+/// Refused before the command runs on every path: run as root on landlock, chitti looks
+/// for the credential locations only after forking the supervisor.
+fn workspace_in_a_credential_location_is_125(backend: &str) {
+    let fx = Fixture::new();
+    let (chitti, sentinel, script) = with_sentinel(&fx, backend);
+    let inside = fx.home.join(".aws/project");
+    std::fs::create_dir_all(&inside).unwrap();
+    let ran = chitti.workspace(&inside).sh(&script);
+    assert_setup_error(&ran, &sentinel, &["credential location", ".aws"]);
 }
 
 fn unknown_profile_is_125(backend: &str) {

@@ -7,7 +7,7 @@ use serde_json::json;
 
 use super::{report_error, ExecArgs, OnOff, SandboxOpts};
 use crate::exec::{self, Input, Outcome, Output};
-use crate::policy::{profile, ChittiDirs, Overrides, Policy, PolicySource};
+use crate::policy::{profile, ChittiDirs, CredentialSearch, Overrides, Policy, PolicySource};
 use crate::sandbox::{self, Backend, Capabilities, SandboxError};
 
 /// Everything up to a ready launch: input checks, policy, backend.
@@ -16,6 +16,9 @@ pub(crate) struct Setup {
     pub backend: Backend,
     /// What `policy` was resolved from, for sessions that resolve it per call.
     pub source: PolicySource,
+    /// The credential search still to run, for `sandbox exec`'s one call only (see
+    /// `sandbox::prepare_the_only_call`): while it is here, `policy.deny_read` is empty.
+    pub credentials_later: Option<CredentialSearch>,
 }
 
 fn bad(e: crate::policy::PolicyError) -> SandboxError {
@@ -26,16 +29,18 @@ fn bad(e: crate::policy::PolicyError) -> SandboxError {
 pub(crate) fn setup(opts: &SandboxOpts, overrides: &Overrides) -> Result<Setup, SandboxError> {
     let dirs = ChittiDirs::from_env().map_err(bad)?;
     let selection = sandbox::select(opts.backend, Capabilities::get(), &dirs.state);
-    setup_selected(opts, overrides, dirs, selection)
+    setup_selected(opts, overrides, dirs, selection, false)
 }
 
 /// [`setup`] once the backend was picked; a failed pick is reported after the profile
-/// and workspace errors, as ever.
+/// and workspace errors, as ever. With `the_only_call`, the credential search is left in
+/// the setup where the call can run it after its fork.
 fn setup_selected(
     opts: &SandboxOpts,
     overrides: &Overrides,
     dirs: ChittiDirs,
     selection: Result<sandbox::Selection, SandboxError>,
+    the_only_call: bool,
 ) -> Result<Setup, SandboxError> {
     let profile = profile::load(&opts.profile, Some(&dirs.user_profiles())).map_err(bad)?;
     let workspace = match &opts.workspace {
@@ -51,7 +56,16 @@ fn setup_selected(
         dirs,
         env: std::env::vars_os().collect(),
     };
-    let policy = source.resolve().map_err(bad)?;
+    let later = the_only_call
+        && selection
+            .as_ref()
+            .is_ok_and(|s| sandbox::credentials_can_wait(s.backend));
+    let (policy, credentials_later) = if later {
+        let (policy, search) = source.resolve_without_credentials().map_err(bad)?;
+        (policy, Some(search))
+    } else {
+        (source.resolve().map_err(bad)?, None)
+    };
     let selection = selection?;
     if selection.backend == Backend::None {
         eprintln!(
@@ -64,6 +78,7 @@ fn setup_selected(
         policy,
         backend: selection.backend,
         source,
+        credentials_later,
     })
 }
 
@@ -91,7 +106,7 @@ pub fn run(args: ExecArgs) -> i32 {
             Ok(s) if s.backend == Backend::Bwrap => start_bwrap_early(&args.command, &output),
             _ => None,
         };
-        let setup = setup_selected(&args.sandbox, &overrides, dirs, selection)?;
+        let mut setup = setup_selected(&args.sandbox, &overrides, dirs, selection, true)?;
         let cwd = setup
             .policy
             .working_dir(std::env::current_dir().ok().as_deref());
@@ -111,8 +126,19 @@ pub fn run(args: ExecArgs) -> i32 {
                     sandbox::prepare_started_bwrap(&setup.policy, &args.command, &cwd, fds)?,
                 )?,
                 None => exec::start_and_wait(
-                    sandbox::prepare(setup.backend, &setup.policy, &args.command, &cwd)?
-                        .as_the_only_call(),
+                    match setup.credentials_later.take() {
+                        Some(credentials) => sandbox::prepare_the_only_call(
+                            setup.backend,
+                            &setup.policy,
+                            credentials,
+                            &args.command,
+                            &cwd,
+                        )?,
+                        None => {
+                            sandbox::prepare(setup.backend, &setup.policy, &args.command, &cwd)?
+                                .as_the_only_call()
+                        }
+                    },
                     stdin_input(),
                     output,
                     Duration::from_secs(1),

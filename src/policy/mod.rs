@@ -140,6 +140,101 @@ impl PolicySource {
             self.env.iter().cloned(),
         )
     }
+
+    /// [`Self::resolve`] but for the credential locations: the policy's `deny_read` is
+    /// empty until the search fills it. Only for `sandbox::prepare_the_only_call`, which
+    /// runs the search before anything reads the list, or has chitti run it after the
+    /// fork (see [`CredentialSearch`]).
+    pub fn resolve_without_credentials(&self) -> Result<(Policy, CredentialSearch), PolicyError> {
+        Policy::resolve_parts(
+            &self.profile,
+            &self.workspace,
+            &self.overrides,
+            &self.dirs,
+            self.env.iter().cloned(),
+        )
+    }
+}
+
+/// Which credential locations a call must keep unreadable, and where they really are:
+/// some forty paths looked at on every call (about 0.1 ms), the part of a policy that
+/// depends on what exists right now. Resolved on its own so that a Landlock call started
+/// by root may look them up after the supervisor's fork, while the command starts: only
+/// its masks need them, and the command runs nothing before they are in place.
+#[derive(Debug, Clone)]
+pub struct CredentialSearch {
+    profile: String,
+    /// The profile's own `deny_read` entries, expanded (globs not yet).
+    entries: Vec<PathBuf>,
+    dirs: ChittiDirs,
+    /// The canonical home.
+    home: PathBuf,
+    writable: Vec<PathBuf>,
+}
+
+impl CredentialSearch {
+    /// The canonical paths that exist and must be unreadable. Fails if a writable root
+    /// lies in a credential location or holds one, or an entry cannot be expanded.
+    pub fn run(&self) -> Result<Vec<PathBuf>, PolicyError> {
+        let (dirs, home, writable) = (&self.dirs, &self.home, &self.writable);
+        let mut deny_candidates =
+            credentials::builtin(&dirs.home, &[dirs.config.clone(), dirs.state.clone()]);
+        if let Some(user_home) = &dirs.user_home {
+            let own = [".config/chitti", ".local/state/chitti"].map(|d| user_home.join(d));
+            deny_candidates.extend(credentials::builtin(user_home, &own));
+        }
+        let mut prober = probe::Prober::new(&dirs.home, home);
+        let root_only = deny_candidates.len(); // from here, root's own: canonical, existing
+        if nix::unistd::geteuid().is_root() {
+            for path in credentials::ROOT_ONLY {
+                // Only what exists: the backends need not cover files root never had.
+                let mut found = Vec::new();
+                credentials::expand_into(Path::new(path), &mut found);
+                deny_candidates.extend(found.iter().filter_map(|p| prober.resolve_existing(p)));
+            }
+        }
+        let from_profile = deny_candidates.len(); // the rest came from `deny_read`
+        for path in &self.entries {
+            credentials::expand_into(path, &mut deny_candidates);
+        }
+        let mut deny_read = Vec::new();
+        for (index, path) in deny_candidates.into_iter().enumerate() {
+            let (exists, resolved) = if (root_only..from_profile).contains(&index) {
+                (true, path)
+            } else {
+                let found = prober.probe(&path);
+                (found.exists, found.resolved)
+            };
+            // A writable root inside a credential location, or containing one, would make
+            // it readable (and writable) on backends that cannot mask beneath a grant.
+            for root in writable {
+                if lies_within(&resolved, root) || lies_within(root, &resolved) {
+                    if index >= from_profile {
+                        return Err(PolicyError::Profile(format!(
+                            "profile `{}`: filesystem.deny_read entry {} lies in (or holds) \
+                             the writable root {}: a path cannot be both, because Landlock \
+                             cannot take a path back out of a writable root. Keep the \
+                             secret outside the workspace, or drop the entry.",
+                            self.profile,
+                            resolved.display(),
+                            root.display()
+                        )));
+                    }
+                    return Err(PolicyError::Workspace(format!(
+                        "writable root {} overlaps the credential location {}: \
+                         chitti cannot keep it unreadable there.\n\
+                         Choose a workspace that neither contains nor lies inside it.",
+                        root.display(),
+                        resolved.display()
+                    )));
+                }
+            }
+            if exists {
+                push_unique(&mut deny_read, resolved);
+            }
+        }
+        Ok(deny_read)
+    }
 }
 
 /// The resolved policy: everything a backend needs, nothing it must look up again.
@@ -178,6 +273,21 @@ impl Policy {
         dirs: &ChittiDirs,
         caller_env: impl IntoIterator<Item = (OsString, OsString)>,
     ) -> Result<Policy, PolicyError> {
+        let (mut policy, search) =
+            Self::resolve_parts(profile, workspace, overrides, dirs, caller_env)?;
+        policy.deny_read = search.run()?;
+        Ok(policy)
+    }
+
+    /// [`Policy::resolve`] in two parts: the policy with an empty `deny_read`, and the
+    /// search that fills it.
+    fn resolve_parts(
+        profile: &Profile,
+        workspace: &Path,
+        overrides: &Overrides,
+        dirs: &ChittiDirs,
+        caller_env: impl IntoIterator<Item = (OsString, OsString)>,
+    ) -> Result<(Policy, CredentialSearch), PolicyError> {
         // Resolved once: every writable root is checked against it, and the credential
         // paths under it are placed beneath it.
         let home = canonicalize(&dirs.home).unwrap_or_else(|_| dirs.home.clone());
@@ -212,68 +322,26 @@ impl Policy {
             push_unique(&mut writable, path);
         }
 
-        let mut deny_candidates =
-            credentials::builtin(&dirs.home, &[dirs.config.clone(), dirs.state.clone()]);
-        if let Some(user_home) = &dirs.user_home {
-            let own = [".config/chitti", ".local/state/chitti"].map(|d| user_home.join(d));
-            deny_candidates.extend(credentials::builtin(user_home, &own));
-        }
-        let mut prober = probe::Prober::new(&dirs.home, &home);
-        let root_only = deny_candidates.len(); // from here, root's own: canonical, existing
-        if nix::unistd::geteuid().is_root() {
-            for path in credentials::ROOT_ONLY {
-                // Only what exists: the backends need not cover files root never had.
-                let mut found = Vec::new();
-                credentials::expand_into(Path::new(path), &mut found);
-                deny_candidates.extend(found.iter().filter_map(|p| prober.resolve_existing(p)));
-            }
-        }
-        let from_profile = deny_candidates.len(); // the rest came from `deny_read`
-        for entry in &profile.deny_read {
-            let path = expand(entry, &workspace, &dirs.home).map_err(|e| {
-                PolicyError::Profile(format!(
-                    "profile `{}`: filesystem.deny_read: {e}",
-                    profile.name
-                ))
-            })?;
-            credentials::expand_into(&path, &mut deny_candidates);
-        }
-        let mut deny_read = Vec::new();
-        for (index, path) in deny_candidates.into_iter().enumerate() {
-            let (exists, resolved) = if (root_only..from_profile).contains(&index) {
-                (true, path)
-            } else {
-                let found = prober.probe(&path);
-                (found.exists, found.resolved)
-            };
-            // A writable root inside a credential location, or containing one, would make
-            // it readable (and writable) on backends that cannot mask beneath a grant.
-            for root in &writable {
-                if lies_within(&resolved, root) || lies_within(root, &resolved) {
-                    if index >= from_profile {
-                        return Err(PolicyError::Profile(format!(
-                            "profile `{}`: filesystem.deny_read entry {} lies in (or holds) \
-                             the writable root {}: a path cannot be both, because Landlock \
-                             cannot take a path back out of a writable root. Keep the \
-                             secret outside the workspace, or drop the entry.",
-                            profile.name,
-                            resolved.display(),
-                            root.display()
-                        )));
-                    }
-                    return Err(PolicyError::Workspace(format!(
-                        "writable root {} overlaps the credential location {}: \
-                         chitti cannot keep it unreadable there.\n\
-                         Choose a workspace that neither contains nor lies inside it.",
-                        root.display(),
-                        resolved.display()
-                    )));
-                }
-            }
-            if exists {
-                push_unique(&mut deny_read, resolved);
-            }
-        }
+        // Expanded now: a malformed entry is an error before anything runs.
+        let entries = profile
+            .deny_read
+            .iter()
+            .map(|entry| {
+                expand(entry, &workspace, &dirs.home).map_err(|e| {
+                    PolicyError::Profile(format!(
+                        "profile `{}`: filesystem.deny_read: {e}",
+                        profile.name
+                    ))
+                })
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        let search = CredentialSearch {
+            profile: profile.name.clone(),
+            entries,
+            dirs: dirs.clone(),
+            home,
+            writable: writable.clone(),
+        };
 
         let mut pinned = Vec::new();
         let mut read_only = Vec::new();
@@ -312,12 +380,12 @@ impl Policy {
         let timeout = overrides
             .timeout
             .unwrap_or(Duration::from_secs(profile.limits.timeout_seconds));
-        Ok(Policy {
+        let policy = Policy {
             profile: profile.name.clone(),
             workspace,
             writable,
             private_tmp,
-            deny_read,
+            deny_read: Vec::new(),
             pinned,
             read_only,
             absent,
@@ -325,7 +393,8 @@ impl Policy {
             env: env::filter(caller_env, &profile.env_allow),
             limits: profile.limits,
             timeout,
-        })
+        };
+        Ok((policy, search))
     }
 
     /// The caller's directory when it lies inside the workspace, else the workspace root.
@@ -604,6 +673,35 @@ mod tests {
         let err = resolve_in(home.path(), &home.path().join(".config"), "workspace-write")
             .unwrap_err()
             .to_string();
+        assert!(err.contains("credential location"), "{err}");
+    }
+
+    /// Found apart (`sandbox exec` as root finds them after its fork), the credential
+    /// locations are those a whole resolution finds, and an overlapping workspace is
+    /// refused by the search, not before it.
+    #[test]
+    fn the_credential_search_apart_finds_what_a_whole_resolution_finds() {
+        let home = tempfile::tempdir().unwrap();
+        for dir in [".ssh", ".config/gh", "proj"] {
+            std::fs::create_dir_all(home.path().join(dir)).unwrap();
+        }
+        std::fs::write(home.path().join(".netrc"), "x").unwrap();
+        let source = |ws: &str| PolicySource {
+            profile: profile::load("workspace-write", None).unwrap(),
+            workspace: home.path().join(ws),
+            overrides: Overrides::default(),
+            dirs: dirs_in(home.path()),
+            env: Vec::new(),
+        };
+        let whole = source("proj").resolve().unwrap();
+        let (apart, search) = source("proj").resolve_without_credentials().unwrap();
+        assert!(apart.deny_read.is_empty());
+        assert_eq!(search.run().unwrap(), whole.deny_read);
+        assert!(whole.deny_read.len() >= 3, "{:?}", whole.deny_read);
+        assert_eq!(apart.writable, whole.writable);
+
+        let (_, search) = source(".config").resolve_without_credentials().unwrap();
+        let err = search.run().unwrap_err().to_string();
         assert!(err.contains("credential location"), "{err}");
     }
 

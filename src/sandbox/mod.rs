@@ -29,7 +29,7 @@ use serde::Serialize;
 pub use capabilities::Capabilities;
 use rlimits::Rlimits;
 
-use crate::policy::Policy;
+use crate::policy::{CredentialSearch, Policy};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, clap::ValueEnum)]
 #[serde(rename_all = "lowercase")]
@@ -310,6 +310,45 @@ pub fn prepare(
     cwd: &Path,
 ) -> Result<Prepared, SandboxError> {
     prepare_in(backend, policy, command, cwd, None)
+}
+
+/// [`prepare`] for the one call of a chitti that has a single thread and exits after it
+/// (`sandbox exec`), whose policy still lacks its credential locations: `policy` and
+/// `credentials` come from `PolicySource::resolve_without_credentials`. A Landlock call
+/// started by root leaves the search to chitti after the supervisor's fork, where it
+/// overlaps the command's start (`linux::prepare_finding_credentials_later`); every
+/// other call runs it first. The launch is [`Prepared::as_the_only_call`].
+pub fn prepare_the_only_call(
+    backend: Backend,
+    policy: &Policy,
+    credentials: CredentialSearch,
+    command: &[OsString],
+    cwd: &Path,
+) -> Result<Prepared, SandboxError> {
+    require_command(command)?;
+    #[cfg(target_os = "linux")]
+    if credentials_can_wait(backend) {
+        return linux::prepare_finding_credentials_later(policy, credentials, command, cwd)
+            .map(Prepared::as_the_only_call);
+    }
+    let mut policy = policy.clone();
+    policy.deny_read = credentials
+        .run()
+        .map_err(|e| SandboxError::Unavailable(e.to_string()))?;
+    prepare_in(backend, &policy, command, cwd, None).map(Prepared::as_the_only_call)
+}
+
+/// Whether [`prepare_the_only_call`] would leave the credential search until after the
+/// fork for a call on `backend` from this process: where it would not, resolving the
+/// policy whole costs the same and is simpler.
+pub fn credentials_can_wait(backend: Backend) -> bool {
+    #[cfg(target_os = "linux")]
+    return backend == Backend::Landlock && linux::credentials_can_wait();
+    #[cfg(not(target_os = "linux"))]
+    {
+        let _ = backend;
+        false
+    }
 }
 
 /// [`prepare`] for a call of a long-lived session, which may reuse what `session` kept.

@@ -95,11 +95,8 @@ pub fn for_policy<'a>(
     if deny_read.is_empty() || !available() {
         return Ok((None, deny_read));
     }
-    let mut masks = Masks::plan(deny_read)?;
-    if let Some(dev) = super::private_dev::for_call(writable) {
-        masks.dev = Some(c_path(&dev)?);
-    }
-    Ok((Some(masks), &[]))
+    let dev = super::private_dev::for_call(writable);
+    Ok((Some(Masks::plan(deny_read, dev.as_deref())?), &[]))
 }
 
 fn c_path(path: &Path) -> Result<CString, String> {
@@ -123,6 +120,9 @@ pub struct Masks {
     dirs: Vec<CString>,
     /// The directory mounted over /dev (`private_dev`), if any.
     dev: Option<CString>,
+    /// Planned by chitti after the fork, where only it makes them (see
+    /// [`Masks::made_by_chitti`]): this copy holds none of the hidden paths.
+    made_by_chitti: bool,
 }
 
 /// What to mount over a path: decided by what it is now.
@@ -135,10 +135,13 @@ enum Cover {
 }
 
 impl Masks {
-    /// The masks for `hidden` (canonical paths that exist). Fails on a path that cannot
-    /// be passed to the kernel.
-    pub fn plan(hidden: &[PathBuf]) -> Result<Masks, String> {
-        let mut masks = Masks::default();
+    /// The masks for `hidden` (canonical paths that exist), with `dev` mounted over /dev.
+    /// Fails on a path that cannot be passed to the kernel.
+    pub fn plan(hidden: &[PathBuf], dev: Option<&Path>) -> Result<Masks, String> {
+        let mut masks = Masks {
+            dev: dev.map(c_path).transpose()?,
+            ..Masks::default()
+        };
         for path in hidden {
             let c = c_path(path)?;
             match cover_for(path) {
@@ -147,6 +150,18 @@ impl Masks {
             }
         }
         Ok(masks)
+    }
+
+    /// Where only chitti makes the masks, and plans them after the fork, when it has found
+    /// the credential locations: what the command knows of them before its fork, which is
+    /// where the minimal /dev is (the Landlock rules grant it). The command never applies
+    /// these: it joins chitti's namespace or fails.
+    pub fn made_by_chitti(writable: &[PathBuf]) -> Result<Masks, String> {
+        let dev = super::private_dev::for_call(writable);
+        Ok(Masks {
+            made_by_chitti: true,
+            ..Masks::plan(&[], dev.as_deref())?
+        })
     }
 
     /// The directory mounted over /dev, if any: the Landlock rules grant its devices.
@@ -164,6 +179,9 @@ impl Masks {
     /// # Safety
     /// As [`Masks::enter`].
     pub unsafe fn apply(&self) -> Result<(), (&'static [u8], i32)> {
+        if self.made_by_chitti {
+            return Err((b"masks left to chitti", libc::EPROTO));
+        }
         Self::enter()?;
         self.cover()
     }
@@ -279,7 +297,7 @@ mod tests {
         // Gone by the time of planning: mounting over it fails, and the call with it.
         assert_eq!(cover_for(&dir.path().join("gone")), Cover::DevNull);
 
-        let masks = Masks::plan(&[dir.path().to_path_buf(), file.clone()]).unwrap();
+        let masks = Masks::plan(&[dir.path().to_path_buf(), file.clone()], None).unwrap();
         let described = masks.describe();
         for (path, cover) in [(dir.path(), "empty tmpfs"), (file.as_path(), "/dev/null")] {
             let line = described
@@ -289,7 +307,7 @@ mod tests {
             assert!(line.contains(cover), "{line}");
         }
         let with_nul = PathBuf::from(OsStr::from_bytes(b"/etc/a\0b"));
-        assert!(Masks::plan(&[with_nul]).is_err());
+        assert!(Masks::plan(&[with_nul], None).is_err());
         assert!(
             for_policy(&[], &[]).unwrap().0.is_none(),
             "nothing to hide, no namespace"
@@ -424,7 +442,8 @@ mod tests {
             .map(|e| e.path())
             .find(|p| {
                 use std::os::unix::fs::FileTypeExt;
-                p.symlink_metadata().is_ok_and(|m| m.file_type().is_block_device())
+                p.symlink_metadata()
+                    .is_ok_and(|m| m.file_type().is_block_device())
             })
             .or_else(|| {
                 ["/dev/mem", "/dev/kmsg", "/dev/console"]
@@ -444,7 +463,10 @@ mod tests {
             } else {
                 Errno::last_raw().max(1)
             };
-            let other = errno(libc::open(other_c.as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC));
+            let other = errno(libc::open(
+                other_c.as_ptr(),
+                libc::O_RDONLY | libc::O_CLOEXEC,
+            ));
             let flags = libc::O_CREAT | libc::O_WRONLY | libc::O_CLOEXEC;
             let made = errno(libc::open(c"/dev/new".as_ptr(), flags, 0o600));
             [applied, null, other, made]
@@ -477,7 +499,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let dir = dir.path().canonicalize().unwrap();
         let secret = dir.join("secret");
-        let masks = Masks::plan(std::slice::from_ref(&secret)).unwrap();
+        let masks = Masks::plan(std::slice::from_ref(&secret), None).unwrap();
         let c_dir = CString::new(dir.as_os_str().as_bytes()).unwrap();
         let c_secret = CString::new(secret.as_os_str().as_bytes()).unwrap();
         // [step that failed (0: none), errno, the grandchild's apply errno]

@@ -26,7 +26,7 @@ use super::{
     landlock_rules, private_dir, protect, sandbox_env, Backend, Capabilities, Launch, Prepared,
     SandboxError,
 };
-use crate::policy::Policy;
+use crate::policy::{CredentialSearch, Policy};
 use crate::sandbox::rlimits::Rlimits;
 
 fn pipe() -> Result<(OwnedFd, OwnedFd), SandboxError> {
@@ -44,7 +44,7 @@ pub fn prepare(
     match backend {
         Backend::Bwrap => prepare_bwrap(policy, command, cwd, None),
         Backend::Landlock | Backend::None => {
-            prepare_supervised(backend, policy, command, cwd, session)
+            prepare_supervised(backend, policy, None, command, cwd, session)
         }
         Backend::Seatbelt => Err(SandboxError::Unavailable(
             "the seatbelt backend exists only on macOS".into(),
@@ -169,9 +169,30 @@ fn hidden_in_bwrap(path: &Path, policy: &Policy) -> bool {
         && !policy.writable.iter().any(|w| path.starts_with(w))
 }
 
+/// Whether a one-shot Landlock call may leave its credential search until after the
+/// supervisor's fork ([`prepare_finding_credentials_later`]): only where chitti makes the
+/// masks' mount namespace itself (root that may mount, a chitti with a single thread).
+pub fn credentials_can_wait() -> bool {
+    masks::available() && supervisor::single_threaded()
+}
+
+/// A one-shot Landlock call whose policy still lacks its credential locations: chitti
+/// finds them after forking the supervisor, and masks them in the namespace the command
+/// joins (`supervisor::spawn`). Only where [`credentials_can_wait`].
+pub fn prepare_finding_credentials_later(
+    policy: &Policy,
+    credentials: CredentialSearch,
+    command: &[OsString],
+    cwd: &Path,
+) -> Result<Prepared, SandboxError> {
+    let backend = Backend::Landlock;
+    prepare_supervised(backend, policy, Some(credentials), command, cwd, None)
+}
+
 fn prepare_supervised(
     backend: Backend,
     policy: &Policy,
+    credentials_later: Option<CredentialSearch>,
     command: &[OsString],
     cwd: &Path,
     session: Option<&super::SessionCache>,
@@ -188,8 +209,18 @@ fn prepare_supervised(
         // The private TMPDIR, another for every call, is granted on its own: in a session the
         // rest of the plan can then be the same from one call to the next.
         // As root, mounts hide what Landlock would otherwise have to go around.
-        let (masks, deny_read) = masks::for_policy(&policy.deny_read, &policy.writable)
-            .map_err(SandboxError::Unavailable)?;
+        let (masks, deny_read) = match &credentials_later {
+            Some(_) => (
+                Some(masks::Masks::made_by_chitti(&policy.writable)),
+                &[][..],
+            ),
+            None => {
+                let (masks, around) = masks::for_policy(&policy.deny_read, &policy.writable)
+                    .map_err(SandboxError::Unavailable)?;
+                (masks.map(Ok), around)
+            }
+        };
+        let masks = masks.transpose().map_err(SandboxError::Unavailable)?;
         let private_dev = masks.as_ref().and_then(masks::Masks::private_dev);
         // What the command needs besides the ruleset. A one-shot call's TMPDIR comes from
         // the pool; a session's ruleset keeps the grants of earlier calls' TMPDIRs, so
@@ -255,11 +286,20 @@ fn prepare_supervised(
                 (fd, Some(add_rules))
             }
         };
+        let late_masks = credentials_later.map(|search| {
+            let dev = private_dev.map(Path::to_path_buf);
+            let plan: supervisor::LateMasks = Box::new(move || {
+                let hidden = search.run().map_err(|e| e.to_string())?;
+                masks::Masks::plan(&hidden, dev.as_deref())
+            });
+            plan
+        });
         Some(supervisor::Restrictions {
             landlock: ruleset,
             pending_rules,
             seccomp,
             masks,
+            late_masks,
         })
     } else {
         None

@@ -9,7 +9,9 @@
 //! than the supervisor's start and the command's set-up; the command waits for a byte on
 //! the go pipe before it restricts itself, and gives up without it. As root, a one-shot
 //! `sandbox exec` also makes the masks' mount namespace there (`masks_in_chitti`), and
-//! the command joins it instead of making its own.
+//! the command joins it instead of making its own; chitti even looks for the credential
+//! locations to mask only then (`late_masks`), and a policy error found there ends the
+//! call before the command runs anything.
 //!
 //! The supervisor stays outside the sandbox. It is a child subreaper: when the command
 //! exits, when chitti closes the lifeline pipe (timeout, cancellation), or when chitti
@@ -34,6 +36,10 @@ use crate::sandbox::rlimits::Rlimits;
 
 /// Adds its rules to the ruleset it is given (created empty); an error names what failed.
 pub type PendingRules = Box<dyn FnOnce(BorrowedFd) -> Result<(), String> + Send>;
+
+/// The masks chitti plans after the fork, once it has found the credential locations
+/// (`Masks::made_by_chitti`).
+pub type LateMasks = Box<dyn FnOnce() -> Result<Masks, String> + Send>;
 
 /// How the command ended, as the supervisor reports it.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
@@ -66,6 +72,8 @@ pub struct Restrictions {
     pub seccomp: &'static seccompiler::BpfProgram,
     /// Mounts hiding the unreadable paths, made before the capabilities go (root only).
     pub masks: Option<Masks>,
+    /// Where `masks` are chitti's to plan after the fork: how (see [`spawn`]).
+    pub late_masks: Option<LateMasks>,
 }
 
 /// Everything needed to run one command, prepared before any fork.
@@ -179,6 +187,7 @@ pub fn spawn(
         .restrictions
         .as_mut()
         .and_then(|r| r.pending_rules.take());
+    let late_masks = spec.restrictions.as_mut().and_then(|r| r.late_masks.take());
     // The masks' namespace made here (see below) is joined through this process's pidfd.
     let masks = spec.restrictions.as_ref().and_then(|r| r.masks.as_ref());
     let chitti_pidfd = match masks {
@@ -242,24 +251,35 @@ pub fn spawn(
         // command only joins it. It joins as soon as the namespace exists, and mounts made
         // in it afterwards are its mounts too: they are all in place before the go byte,
         // and nothing runs before that but the command's own set-up. Should the namespace
-        // not be made here, the command makes its own as ever, with the same masks.
-        let mut to_cover = None;
+        // not be made here, the command makes its own as ever, with the same masks; but
+        // where they are left to chitti (`late_masks`) the call ends instead (the command
+        // fails at the closed pipe).
+        let mut entered = None;
         if chitti_pidfd.is_some() {
-            let masks = restrictions
+            entered = restrictions
                 .masks
                 .as_ref()
                 .filter(|_| single_threaded() && unsafe { Masks::enter() }.is_ok());
-            rules_added = send(if masks.is_some() {
-                JOIN_CHITTI
-            } else {
-                MAKE_OWN
-            });
-            to_cover = masks;
         }
+        rules_added = match (entered, &late_masks, &chitti_pidfd) {
+            (Some(_), _, _) => send(JOIN_CHITTI),
+            (None, None, Some(_)) => send(MAKE_OWN),
+            (None, None, None) => Ok(()),
+            (None, Some(_), _) => Err("cannot make the private mount namespace that hides the \
+                                       credential locations"
+                .to_string()),
+        };
         // Before the mounts: a terminal's rule names it by its path under the host's /dev.
         if let (Some(add_rules), Ok(())) = (pending_rules, &rules_added) {
             rules_added = add_rules(restrictions.landlock.as_fd());
         }
+        // Found only now, policy errors included, while the command sets itself up; made
+        // only in the namespace entered above, never in the host's.
+        let late = match (late_masks, entered, &rules_added) {
+            (Some(plan), Some(_), Ok(())) => plan().map_err(|e| rules_added = Err(e)).ok(),
+            _ => None,
+        };
+        let to_cover = late.as_ref().or(entered);
         if let (Some(masks), Ok(())) = (to_cover, &rules_added) {
             if let Err((step, errno)) = unsafe { masks.cover() } {
                 rules_added = Err(format!(
@@ -614,7 +634,7 @@ const MAKE_OWN: u8 = b'S';
 
 /// Whether this process has a single thread: `unshare(CLONE_NEWNS)` moves only the
 /// calling thread, and a chitti with other threads must not be left split.
-fn single_threaded() -> bool {
+pub fn single_threaded() -> bool {
     // A task directory links its parent, itself and one entry per thread.
     std::fs::metadata("/proc/self/task").is_ok_and(|m| {
         use std::os::unix::fs::MetadataExt;
