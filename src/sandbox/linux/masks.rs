@@ -335,18 +335,7 @@ mod tests {
         std::fs::write(root.join("notes"), "NOTES").unwrap();
         let hidden: Vec<PathBuf> = files.iter().chain(&dirs).cloned().collect();
 
-        let (planned, around) = for_policy(&hidden, &[]).unwrap();
-        assert_eq!(
-            around.is_empty(),
-            planned.is_some(),
-            "masks or rules, not both"
-        );
-        if !nix::unistd::geteuid().is_root() {
-            assert!(planned.is_none(), "masks planned for a user");
-            return;
-        }
-        let Some(masks) = planned else {
-            eprintln!("SKIP: root here may not mount (no CAP_SYS_ADMIN, or confined)");
+        let Some(masks) = planned_for_root(&hidden) else {
             return;
         };
         // Opened in the child, for reading, then for writing: what each must answer.
@@ -422,13 +411,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let secret = dir.path().canonicalize().unwrap().join("secret");
         std::fs::write(&secret, "SECRET").unwrap();
-        let (planned, _) = for_policy(std::slice::from_ref(&secret), &[]).unwrap();
-        if !nix::unistd::geteuid().is_root() {
-            assert!(planned.is_none(), "masks planned for a user");
-            return;
-        }
-        let Some(masks) = planned else {
-            eprintln!("SKIP: root here may not mount (no CAP_SYS_ADMIN, or confined)");
+        let Some(masks) = planned_for_root(std::slice::from_ref(&secret)) else {
             return;
         };
         assert!(
@@ -517,6 +500,26 @@ mod tests {
             report[0],
             report[1]
         );
+    }
+
+    /// The masks planned for `hidden`, to apply: as root only. As a user, checks that
+    /// none are planned (the rules go around the paths instead) and returns None, as it
+    /// does (saying SKIP) where root may not mount here.
+    fn planned_for_root(hidden: &[PathBuf]) -> Option<Masks> {
+        let (planned, around) = for_policy(hidden, &[]).unwrap();
+        assert_eq!(
+            around.is_empty(),
+            planned.is_some(),
+            "masks or rules, not both"
+        );
+        if !nix::unistd::geteuid().is_root() {
+            assert!(planned.is_none(), "masks planned for a user");
+            return None;
+        }
+        if planned.is_none() {
+            eprintln!("SKIP: root here may not mount (no CAP_SYS_ADMIN, or confined)");
+        }
+        planned
     }
 
     /// Runs `child` in a forked process and returns what it reported. The child must make
