@@ -19,8 +19,9 @@
 //!   anything is mounted, so mounts propagate in but never out, and the namespace goes
 //!   away with the last process in it (the command's, or chitti's where chitti made it).
 //!
-//! Where it can (see `private_dev`), the namespace also gets a /dev holding only the
-//! harmless devices, so that Landlock may grant `/` whole instead of going around /dev.
+//! Where it can (see `root_dirs`), the namespace also gets a /dev holding only the
+//! harmless devices, so that Landlock may grant `/` whole instead of going around /dev,
+//! and the directories are hidden by a kept empty directory instead of a fresh tmpfs.
 //!
 //! The mounts are made in the command's process between fork and exec, before the
 //! capabilities are dropped. For a one-shot `sandbox exec`, chitti makes them in its own
@@ -37,6 +38,8 @@ use std::path::{Path, PathBuf};
 use nix::errno::Errno;
 use nix::mount::{mount, MsFlags};
 use nix::sched::{unshare, CloneFlags};
+
+use super::root_dirs::KeptDirs;
 
 /// CAP_SYS_ADMIN, which mount namespaces and mounts need.
 const CAP_SYS_ADMIN: u32 = 21;
@@ -95,8 +98,8 @@ pub fn for_policy<'a>(
     if deny_read.is_empty() || !available() {
         return Ok((None, deny_read));
     }
-    let dev = super::private_dev::for_call(writable);
-    Ok((Some(Masks::plan(deny_read, dev.as_deref())?), &[]))
+    let kept = super::root_dirs::for_call(writable);
+    Ok((Some(Masks::plan(deny_read, &kept)?), &[]))
 }
 
 fn c_path(path: &Path) -> Result<CString, String> {
@@ -118,8 +121,10 @@ const NONE: Option<&CStr> = None;
 pub struct Masks {
     files: Vec<CString>,
     dirs: Vec<CString>,
-    /// The directory mounted over /dev (`private_dev`), if any.
+    /// The directory mounted over /dev (`root_dirs`), if any.
     dev: Option<CString>,
+    /// The empty directory mounted over hidden directories (`root_dirs`); else a tmpfs.
+    empty: Option<CString>,
     /// Planned by chitti after the fork, where only it makes them (see
     /// [`Masks::made_by_chitti`]): this copy holds none of the hidden paths.
     made_by_chitti: bool,
@@ -130,16 +135,17 @@ pub struct Masks {
 enum Cover {
     /// /dev/null on a read-only nodev mount: opening it fails with EACCES.
     DevNull,
-    /// An empty read-only tmpfs with mode 000.
+    /// An empty read-only directory with mode 000.
     EmptyDir,
 }
 
 impl Masks {
-    /// The masks for `hidden` (canonical paths that exist), with `dev` mounted over /dev.
+    /// The masks for `hidden` (canonical paths that exist), with the `kept` directories.
     /// Fails on a path that cannot be passed to the kernel.
-    pub fn plan(hidden: &[PathBuf], dev: Option<&Path>) -> Result<Masks, String> {
+    pub fn plan(hidden: &[PathBuf], kept: &KeptDirs) -> Result<Masks, String> {
         let mut masks = Masks {
-            dev: dev.map(c_path).transpose()?,
+            dev: kept.dev.as_deref().map(c_path).transpose()?,
+            empty: kept.empty.as_deref().map(c_path).transpose()?,
             ..Masks::default()
         };
         for path in hidden {
@@ -157,11 +163,20 @@ impl Masks {
     /// where the minimal /dev is (the Landlock rules grant it). The command never applies
     /// these: it joins chitti's namespace or fails.
     pub fn made_by_chitti(writable: &[PathBuf]) -> Result<Masks, String> {
-        let dev = super::private_dev::for_call(writable);
         Ok(Masks {
             made_by_chitti: true,
-            ..Masks::plan(&[], dev.as_deref())?
+            ..Masks::plan(&[], &super::root_dirs::for_call(writable))?
         })
+    }
+
+    /// The kept directories these masks use, for the masks chitti plans after the fork.
+    pub fn kept(&self) -> KeptDirs {
+        use std::os::unix::ffi::OsStrExt;
+        let path = |c: &CString| PathBuf::from(std::ffi::OsStr::from_bytes(c.to_bytes()));
+        KeptDirs {
+            dev: self.dev.as_ref().map(path),
+            empty: self.empty.as_ref().map(path),
+        }
     }
 
     /// The directory mounted over /dev, if any: the Landlock rules grant its devices.
@@ -236,12 +251,20 @@ impl Masks {
                 mount(Some(first), file.as_c_str(), NONE, bind, NONE).map_err(hide)?;
             }
         }
-        // Likewise one tmpfs for every directory.
+        // Likewise one empty directory for every directory: the kept one, read-only, else
+        // a tmpfs that can hold nothing.
         if let Some((first, rest)) = self.dirs.split_first() {
             let first = first.as_c_str();
-            let hide = step(b"hiding a directory (empty tmpfs)");
-            let (tmpfs, options) = (Some(c"tmpfs"), Some(c"mode=000,size=4k,nr_inodes=1"));
-            mount(tmpfs, first, tmpfs, LOCKED_DOWN, options).map_err(hide)?;
+            let hide = step(b"hiding a directory (empty directory)");
+            if let Some(empty) = &self.empty {
+                let bind = MsFlags::MS_BIND;
+                mount(Some(empty.as_c_str()), first, NONE, bind, NONE).map_err(hide)?;
+                let locked = MsFlags::MS_REMOUNT | bind | LOCKED_DOWN;
+                mount(NONE, first, NONE, locked, NONE).map_err(hide)?;
+            } else {
+                let (tmpfs, options) = (Some(c"tmpfs"), Some(c"mode=000,size=4k,nr_inodes=1"));
+                mount(tmpfs, first, tmpfs, LOCKED_DOWN, options).map_err(hide)?;
+            }
             for dir in rest {
                 mount(Some(first), dir.as_c_str(), NONE, MsFlags::MS_BIND, NONE).map_err(hide)?;
             }
@@ -256,11 +279,11 @@ impl Masks {
             .files
             .iter()
             .map(|f| (f, "/dev/null, nodev (cannot be opened)"));
-        let lines = lines.chain(
-            self.dirs
-                .iter()
-                .map(|d| (d, "empty tmpfs, mode 000, read-only")),
-        );
+        let empty = match &self.empty {
+            Some(dir) => format!("{} (mode 000, read-only)", dir.to_string_lossy()),
+            None => "empty tmpfs, mode 000, read-only".to_string(),
+        };
+        let lines = lines.chain(self.dirs.iter().map(|d| (d, empty.as_str())));
         for (path, cover) in lines {
             out.push_str(&format!("  {:<34} {}\n", cover, path.to_string_lossy()));
         }
@@ -297,7 +320,11 @@ mod tests {
         // Gone by the time of planning: mounting over it fails, and the call with it.
         assert_eq!(cover_for(&dir.path().join("gone")), Cover::DevNull);
 
-        let masks = Masks::plan(&[dir.path().to_path_buf(), file.clone()], None).unwrap();
+        let masks = Masks::plan(
+            &[dir.path().to_path_buf(), file.clone()],
+            &KeptDirs::default(),
+        )
+        .unwrap();
         let described = masks.describe();
         for (path, cover) in [(dir.path(), "empty tmpfs"), (file.as_path(), "/dev/null")] {
             let line = described
@@ -307,7 +334,7 @@ mod tests {
             assert!(line.contains(cover), "{line}");
         }
         let with_nul = PathBuf::from(OsStr::from_bytes(b"/etc/a\0b"));
-        assert!(Masks::plan(&[with_nul], None).is_err());
+        assert!(Masks::plan(&[with_nul], &KeptDirs::default()).is_err());
         assert!(
             for_policy(&[], &[]).unwrap().0.is_none(),
             "nothing to hide, no namespace"
@@ -482,7 +509,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let dir = dir.path().canonicalize().unwrap();
         let secret = dir.join("secret");
-        let masks = Masks::plan(std::slice::from_ref(&secret), None).unwrap();
+        let masks = Masks::plan(std::slice::from_ref(&secret), &KeptDirs::default()).unwrap();
         let c_dir = CString::new(dir.as_os_str().as_bytes()).unwrap();
         let c_secret = CString::new(secret.as_os_str().as_bytes()).unwrap();
         // [step that failed (0: none), errno, the grandchild's apply errno]

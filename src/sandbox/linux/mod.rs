@@ -8,7 +8,7 @@ pub mod direct;
 pub mod early_bwrap;
 pub mod landlock;
 pub mod masks;
-pub mod private_dev;
+pub mod root_dirs;
 pub mod seccomp;
 pub mod supervisor;
 pub mod tmp_pool;
@@ -287,10 +287,11 @@ fn prepare_supervised(
             }
         };
         let late_masks = credentials_later.map(|search| {
-            let dev = private_dev.map(Path::to_path_buf);
+            // The kept directories the rules were planned with.
+            let kept = masks.as_ref().map(masks::Masks::kept).unwrap_or_default();
             let plan: supervisor::LateMasks = Box::new(move || {
                 let hidden = search.run().map_err(|e| e.to_string())?;
-                masks::Masks::plan(&hidden, dev.as_deref())
+                masks::Masks::plan(&hidden, &kept)
             });
             plan
         });
