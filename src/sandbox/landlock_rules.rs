@@ -5,7 +5,7 @@
 //! every denied path along its ancestry, instead of an ancestor itself. Ancestors only get
 //! directory listing. /dev is treated as an ancestor of everything in it, so that only
 //! the listed harmless devices are granted, unless the command gets a /dev holding only
-//! those (root's mount namespace, `linux::private_dev`): that directory is granted whole.
+//! those (root's mount namespace, `linux::root_dirs`): that directory is granted whole.
 //! With nothing left to go around, `/` is one rule. Writes are granted on the writable
 //! roots.
 

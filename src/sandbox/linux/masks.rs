@@ -107,6 +107,11 @@ fn c_path(path: &Path) -> Result<CString, String> {
         .map_err(|_| format!("{}: a path with a NUL byte", path.display()))
 }
 
+/// The path a [`c_path`] was made from.
+fn path_of(c: &CStr) -> &Path {
+    Path::new(std::ffi::OsStr::from_bytes(c.to_bytes()))
+}
+
 /// Read-only, and nothing on it can be opened as a device, run or gain privileges.
 const LOCKED_DOWN: MsFlags = MsFlags::MS_RDONLY
     .union(MsFlags::MS_NODEV)
@@ -171,19 +176,15 @@ impl Masks {
 
     /// The kept directories these masks use, for the masks chitti plans after the fork.
     pub fn kept(&self) -> KeptDirs {
-        use std::os::unix::ffi::OsStrExt;
-        let path = |c: &CString| PathBuf::from(std::ffi::OsStr::from_bytes(c.to_bytes()));
         KeptDirs {
-            dev: self.dev.as_ref().map(path),
-            empty: self.empty.as_ref().map(path),
+            dev: self.private_dev().map(Path::to_path_buf),
+            empty: self.empty.as_deref().map(path_of).map(Path::to_path_buf),
         }
     }
 
     /// The directory mounted over /dev, if any: the Landlock rules grant its devices.
     pub fn private_dev(&self) -> Option<&Path> {
-        use std::os::unix::ffi::OsStrExt;
-        let dev = self.dev.as_ref()?;
-        Some(Path::new(std::ffi::OsStr::from_bytes(dev.to_bytes())))
+        self.dev.as_deref().map(path_of)
     }
 
     /// Moves the calling process into a private mount namespace and mounts over every

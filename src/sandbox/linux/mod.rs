@@ -210,17 +210,10 @@ fn prepare_supervised(
         // rest of the plan can then be the same from one call to the next.
         // As root, mounts hide what Landlock would otherwise have to go around.
         let (masks, deny_read) = match &credentials_later {
-            Some(_) => (
-                Some(masks::Masks::made_by_chitti(&policy.writable)),
-                &[][..],
-            ),
-            None => {
-                let (masks, around) = masks::for_policy(&policy.deny_read, &policy.writable)
-                    .map_err(SandboxError::Unavailable)?;
-                (masks.map(Ok), around)
-            }
-        };
-        let masks = masks.transpose().map_err(SandboxError::Unavailable)?;
+            Some(_) => masks::Masks::made_by_chitti(&policy.writable).map(|m| (Some(m), &[][..])),
+            None => masks::for_policy(&policy.deny_read, &policy.writable),
+        }
+        .map_err(SandboxError::Unavailable)?;
         let private_dev = masks.as_ref().and_then(masks::Masks::private_dev);
         // What the command needs besides the ruleset. A one-shot call's TMPDIR comes from
         // the pool; a session's ruleset keeps the grants of earlier calls' TMPDIRs, so

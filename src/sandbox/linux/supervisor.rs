@@ -266,7 +266,8 @@ pub fn spawn(
             (None, None, Some(_)) => send(MAKE_OWN),
             (None, None, None) => Ok(()),
             (None, Some(_), _) => Err("cannot make the private mount namespace that hides the \
-                                       credential locations"
+                                       credential locations (run as root): try \
+                                       `--backend bwrap`, or run chitti as a normal user"
                 .to_string()),
         };
         // Before the mounts: a terminal's rule names it by its path under the host's /dev.
@@ -283,7 +284,8 @@ pub fn spawn(
         if let (Some(masks), Ok(())) = (to_cover, &rules_added) {
             if let Err((step, errno)) = unsafe { masks.cover() } {
                 rules_added = Err(format!(
-                    "cannot hide the credential locations ({}): {}",
+                    "cannot hide the credential locations ({}): {}; try `--backend bwrap`, \
+                     or run chitti as a normal user",
                     String::from_utf8_lossy(step),
                     nix::errno::Errno::from_raw(errno)
                 ));
