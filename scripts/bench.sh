@@ -12,7 +12,7 @@
 #   --with-peers  install @openai/codex and @anthropic-ai/sandbox-runtime with npm into a
 #                 temporary directory for this run (otherwise they are used if on PATH)
 # Environment: BENCH_RUNS (hyperfine runs, default 30), BENCH_ROUNDS (the runs are split into
-#   this many hyperfine rounds, default 5, every other one in reverse order, so that the
+#   this many hyperfine rounds, default 10, every other one in reverse order, so that the
 #   machine's drift over the minutes of a run falls on every command alike; the medians are
 #   taken over all rounds' times), BENCH_MCP_CALLS (default 200),
 #   BENCH_USER (run as root: also compare bare and landlock as this user, who does not pay
@@ -30,7 +30,7 @@ esac
 scripts/install-deps.sh hyperfine time
 built=$(scripts/build-chitti.sh --release --locked --quiet)
 runs=${BENCH_RUNS:-30}
-rounds=${BENCH_ROUNDS:-5}
+rounds=${BENCH_ROUNDS:-10}
 calls=${BENCH_MCP_CALLS:-200}
 
 ws=$(mktemp -d /var/tmp/chitti-bench.XXXXXX)
@@ -80,20 +80,27 @@ for backend in bwrap landlock; do
     fi
 done
 
+# Each ratio's two commands run next to each other in every round (bare, then chitti on
+# landlock; raw bwrap, then chitti on bwrap): a phase of the machine that lasts a fraction
+# of a round then falls on both sides of a ratio, not on one. A round of every command lasts
+# some seconds with the peers, a block of 20 bare runs some 15 ms.
 commands=(-n bare "sh -c true")
+if [[ " ${backends[*]} " == *" landlock "* ]]; then
+    commands+=(-n chitti-landlock "$chitti sandbox exec --backend landlock -w $ws -- sh -c true")
+fi
+# Where chitti's own time goes: setting up and supervising a command with nothing enforced
+# (the difference to a backend is the enforcement), and starting the binary at all.
+commands+=(-n "chitti-none" "$chitti sandbox exec --backend none -w $ws -- sh -c true")
+commands+=(-n "chitti --version" "$chitti --version")
 if command -v bwrap >/dev/null; then
     # Raw bubblewrap gets exactly the namespaces and mounts chitti would give it (minus the
     # seccomp programs, which are chitti's own addition).
     mapfile -d '' bwrap_args < <("$chitti" sandbox profile --bwrap-args0 -w "$ws")
     commands+=(-n raw-bwrap "bwrap ${bwrap_args[*]} -- sh -c true")
 fi
-for backend in "${backends[@]}"; do
-    commands+=(-n "chitti-$backend" "$chitti sandbox exec --backend $backend -w $ws -- sh -c true")
-done
-# Where chitti's own time goes: starting the binary at all, and setting up and supervising
-# a command with nothing enforced (the difference to a backend is the enforcement).
-commands+=(-n "chitti --version" "$chitti --version")
-commands+=(-n "chitti-none" "$chitti sandbox exec --backend none -w $ws -- sh -c true")
+if [[ " ${backends[*]} " == *" bwrap "* ]]; then
+    commands+=(-n chitti-bwrap "$chitti sandbox exec --backend bwrap -w $ws -- sh -c true")
+fi
 # The peers sandbox their current directory: run them (and everything else) from $ws.
 if command -v codex >/dev/null; then
     commands+=(-n codex "$(command -v codex) sandbox -- sh -c true")
@@ -119,15 +126,38 @@ rounds() {
     done
 }
 
-# Medians in ms over all rounds, by command name, in the first round's order, as JSON.
+# Medians in ms over all rounds, by command name, in the first round's order, as JSON;
+# under "rounds", each round's own medians (the spread of a ratio from round to round shows
+# how far this run's machine moved it).
 medians() {
     python3 - "$@" <<'PY'
 import json, statistics, sys
-times = {}
+times, per_round = {}, []
 for path in sys.argv[1:]:
-    for r in json.load(open(path))["results"]:
+    results = json.load(open(path))["results"]
+    per_round.append({r["command"]: statistics.median(r["times"]) * 1000 for r in results})
+    for r in results:
         times.setdefault(r["command"], []).extend(r["times"])
-print(json.dumps({name: statistics.median(t) * 1000 for name, t in times.items()}))
+med = {name: statistics.median(t) * 1000 for name, t in times.items()}
+print(json.dumps({"medians": med, "rounds": per_round}))
+PY
+}
+
+# Prints "LABEL RATIO (target <= T) OK|MISSED" for the medians of NUM and DEN in FILE (as
+# `medians` writes it), and the lowest and highest ratio of a single round.
+# Usage: check FILE LABEL NUM DEN TARGET
+check() {
+    python3 - "$@" <<'PY'
+import json, sys
+path, label, num, den, target = sys.argv[1:6]
+data, target = json.load(open(path)), float(target)
+med = data["medians"]
+if num in med and den in med:
+    ratio = med[num] / med[den]
+    rounds = sorted(r[num] / r[den] for r in data["rounds"] if num in r and den in r)
+    verdict = "OK" if ratio <= target else "MISSED"
+    print(f"{label:<22} {ratio:5.2f}x  (target <= {target:g}x)  {verdict}"
+          f"   one round alone: {rounds[0]:.2f}-{rounds[-1]:.2f}x")
 PY
 }
 
@@ -137,20 +167,15 @@ medians "$out".* > "$out"
 echo "== start-up of one sandboxed \`sh -c true\` (hyperfine, $runs runs in $rounds rounds, medians)"
 python3 - "$out" <<'PY'
 import json, sys
-med = json.load(open(sys.argv[1]))
+med = json.load(open(sys.argv[1]))["medians"]
 print(f"| {'command':<16} | {'median ms':>9} | {'vs bare':>7} |")
 print(f"|{'-' * 18}|{'-' * 11}|{'-' * 9}|")
 for name, m in med.items():
     print(f"| {name:<16} | {m:>9.2f} | {m / med['bare']:>6.2f}x |")
 print()
-def check(label, num, den, target):
-    if num in med and den in med:
-        ratio = med[num] / med[den]
-        verdict = "OK" if ratio <= target else "MISSED"
-        print(f"{label:<22} {ratio:5.2f}x  (target <= {target}x)  {verdict}")
-check("landlock / bare", "chitti-landlock", "bare", 2.5)
-check("bwrap / raw bwrap", "chitti-bwrap", "raw-bwrap", 1.2)
 PY
+check "$out" "landlock / bare" chitti-landlock bare 2.5
+check "$out" "bwrap / raw bwrap" chitti-bwrap raw-bwrap 1.2
 
 if [ -n "${BENCH_USER:-}" ] && [[ " ${backends[*]} " == *" landlock "* ]]; then
     if [ "$(id -u)" != 0 ]; then
@@ -172,15 +197,14 @@ if [ -n "${BENCH_USER:-}" ] && [[ " ${backends[*]} " == *" landlock "* ]]; then
     medians "$user_dir/out.json".* > "$user_dir/out.json"
     echo
     echo "== the same as user $BENCH_USER (hyperfine, $runs runs in $rounds rounds, medians)"
-    python3 - "$user_dir/out.json" "$BENCH_USER" <<'PY'
+    python3 - "$user_dir/out.json" <<'PY'
 import json, sys
-med = json.load(open(sys.argv[1]))
+med = json.load(open(sys.argv[1]))["medians"]
 for name, m in med.items():
     print(f"{name:<16} {m:6.2f} ms  {m / med['bare']:5.2f}x bare")
-ratio = med["chitti-landlock"] / med["bare"]
-verdict = "OK" if ratio <= 2.5 else "MISSED"
-print(f"\nlandlock / bare as {sys.argv[2]}  {ratio:.2f}x  (target <= 2.5x)  {verdict}")
+print()
 PY
+    check "$user_dir/out.json" "landlock / bare as $BENCH_USER" chitti-landlock bare 2.5
 fi
 
 echo
