@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # What a sandboxed call costs, measured in one run on this machine:
 #  1. start-up, side by side in one hyperfine run: bare `sh -c true`, raw bubblewrap with
-#     the isolation flags chitti uses, chitti on each backend, and the peers when present
-#     (`codex sandbox`, Anthropic's `srt`);
+#     the isolation flags chitti uses, chitti on each backend, the peers when present
+#     (`codex sandbox`, Anthropic's `srt`), and the floor of a launcher of chitti's shape
+#     (scripts/bench-floor.c: exec and wait; the same with a supervisor between);
 #  2. per-call latency through one warm `chitti mcp` server (scripts/mcp_bench.py);
 #  3. peak RSS and time of capturing a 200 MB output flood with --json.
 # Targets (ratios within this run): landlock <= 2.5x bare; bwrap <= 1.2x raw bwrap;
@@ -93,6 +94,16 @@ fi
 # (the difference to a backend is the enforcement), and starting the binary at all.
 commands+=(-n "chitti-none" "$chitti sandbox exec --backend none -w $ws -- sh -c true")
 commands+=(-n "chitti --version" "$chitti --version")
+# The floor of a launcher of chitti's shape (scripts/bench-floor.c), built as chitti is
+# built: exec then wait, and with a supervisor between. Where it cannot be built the same
+# way (no musl-gcc), it is left out rather than measured as something else.
+if [[ "$(scripts/rust-target.sh 2>/dev/null)" == *-musl ]] && command -v musl-gcc >/dev/null &&
+    musl-gcc -O2 -static-pie -o "$bin/bench-floor" scripts/bench-floor.c 2>/dev/null; then
+    commands+=(-n floor-wrapper "$bin/bench-floor wrapper sh -c true")
+    commands+=(-n floor-supervised "$bin/bench-floor supervised sh -c true")
+else
+    echo "skipping the launcher floor: no musl-gcc to build scripts/bench-floor.c like chitti" >&2
+fi
 if command -v bwrap >/dev/null; then
     # Raw bubblewrap gets exactly the namespaces and mounts chitti would give it (minus the
     # seccomp programs, which are chitti's own addition).
@@ -176,6 +187,14 @@ for name, m in med.items():
 print()
 PY
 check "$out" "landlock / bare" chitti-landlock bare 2.5
+# Not a target: how much of the landlock budget a supervised launcher doing nothing takes.
+python3 - "$out" <<'PY'
+import json, sys
+med = json.load(open(sys.argv[1]))["medians"]
+if "floor-supervised" in med:
+    print(f"{'supervised floor / bare':<22} {med['floor-supervised'] / med['bare']:5.2f}x  "
+          f"(no policy, nothing enforced: what the supervisor's shape costs here)")
+PY
 check "$out" "bwrap / raw bwrap" chitti-bwrap raw-bwrap 1.2
 
 if [ -n "${BENCH_USER:-}" ] && [[ " ${backends[*]} " == *" landlock "* ]]; then
