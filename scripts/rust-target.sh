@@ -4,7 +4,7 @@
 # On x86_64 Linux that is x86_64-unknown-linux-musl, a static PIE like the glibc build, but
 # about 0.2 ms faster to start: static glibc runs some 43 `cpuid` instructions at every
 # start to pick its string functions and cache sizes, and on a virtual machine each one
-# traps to the hypervisor (README, "Performance"). Every sandboxed call starts chitti once.
+# traps to the hypervisor (docs/performance.md). Every sandboxed call starts chitti once.
 # It needs the target's standard library (`rustup target add x86_64-unknown-linux-musl`,
 # which scripts/install-deps.sh does) and musl-gcc (Debian's musl-tools) for aws-lc's C
 # code. Where either is missing, and on other systems, it prints the host's own target

@@ -3,7 +3,7 @@
 # they first run, which build.rs hands to the linker so that they sit together in the
 # binary. A call then touches a few hundred KiB of contiguous code instead of pages spread
 # over 8 MiB: fewer page faults when chitti, its supervisor and the command's child start,
-# and fewer pages to unmap when they exit (README, "Performance").
+# and fewer pages to unmap when they exit (docs/performance.md).
 #
 # The names are mangled with hashes that depend on the compiler version and on
 # Cargo.lock, so rerun this after updating either (scripts/bench.sh says how many of the

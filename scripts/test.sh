@@ -25,7 +25,7 @@ cargo test --workspace --locked --no-fail-fast --target "$target"
 echo "== smoke run (what CI also runs on macOS)"
 scripts/ci-smoke.sh
 
-# The build comparison tool (README, "Performance") must keep working: a short run of it.
+# The build comparison tool (docs/performance.md) must keep working: a short run of it.
 echo "== scripts/compare-builds.py"
 scripts/compare-builds.py --runs 3 --copies 2 "$chitti" "$chitti" -- --version
 

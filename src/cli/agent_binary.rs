@@ -6,7 +6,7 @@
 //! Why two: every sandboxed call starts the `chitti` binary, and the agent's code (HTTPS and
 //! TLS, the model APIs, the MCP server) was two thirds of it. Linked in, it cost every call
 //! its relocations (40 more pages written at start), page tables and a larger fork, 0.15 to
-//! 0.25 ms per landlock or bwrap call (README, "Performance"), for code no call runs. It
+//! 0.25 ms per landlock or bwrap call (docs/performance.md), for code no call runs. It
 //! also keeps network and TLS code out of the binary that runs the commands.
 
 use std::ffi::OsString;
