@@ -28,6 +28,17 @@ scripts/ci-smoke.sh
 # The build comparison tool (docs/performance.md) must keep working: a short run of it.
 echo "== scripts/compare-builds.py"
 scripts/compare-builds.py --runs 3 --copies 2 "$chitti" "$chitti" -- --version
+# So must the launcher floor bench.sh builds (scripts/bench-floor.c): it builds without
+# warnings and passes the command's exit status through, in both shapes.
+if command -v musl-gcc >/dev/null; then
+    echo "== scripts/bench-floor.c"
+    musl-gcc -O2 -static-pie -Wall -Wextra -Werror -o "$fixtures/bench-floor" scripts/bench-floor.c
+    for shape in wrapper supervised; do
+        status=0
+        "$fixtures/bench-floor" "$shape" sh -c 'exit 7' || status=$?
+        [ "$status" = 7 ] || { echo "bench-floor $shape exited $status, not 7" >&2; exit 1; }
+    done
+fi
 
 if [ "$(id -u)" -ne 0 ]; then
     echo "== not root: the unprivileged run above is the only one"
