@@ -23,10 +23,11 @@ static int exit_code(int status) {
     return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
 }
 
+/* A wait status: the command's, or that of an exit 125 when it could not be started. */
 static int run(char **argv, int new_session) {
     pid_t child = vfork();
     if (child < 0)
-        return -1;
+        return 125 << 8;
     if (child == 0) {
         if (new_session)
             setsid();

@@ -96,13 +96,15 @@ commands+=(-n "chitti-none" "$chitti sandbox exec --backend none -w $ws -- sh -c
 commands+=(-n "chitti --version" "$chitti --version")
 # The floor of a launcher of chitti's shape (scripts/bench-floor.c), built as chitti is
 # built: exec then wait, and with a supervisor between. Where it cannot be built the same
-# way (no musl-gcc), it is left out rather than measured as something else.
-if [[ "$(scripts/rust-target.sh 2>/dev/null)" == *-musl ]] && command -v musl-gcc >/dev/null &&
-    musl-gcc -O2 -static-pie -o "$bin/bench-floor" scripts/bench-floor.c 2>/dev/null; then
+# way (a glibc chitti, or no musl-gcc), it is left out rather than measured as something
+# else. The flags are scripts/test.sh's, less -Werror.
+if [[ "$(scripts/rust-target.sh 2>/dev/null)" != *-musl ]] || ! command -v musl-gcc >/dev/null; then
+    echo "skipping the launcher floor: chitti is not the musl build, or musl-gcc is missing" >&2
+elif musl-gcc -O2 -static-pie -Wall -Wextra -o "$bin/bench-floor" scripts/bench-floor.c; then
     commands+=(-n floor-wrapper "$bin/bench-floor wrapper sh -c true")
     commands+=(-n floor-supervised "$bin/bench-floor supervised sh -c true")
 else
-    echo "skipping the launcher floor: no musl-gcc to build scripts/bench-floor.c like chitti" >&2
+    echo "skipping the launcher floor: scripts/bench-floor.c did not build (above)" >&2
 fi
 if command -v bwrap >/dev/null; then
     # Raw bubblewrap gets exactly the namespaces and mounts chitti would give it (minus the
