@@ -920,10 +920,14 @@ async fn read_all(
 ) -> (Captured, Vec<u8>) {
     let mut kept = HeadTail::new(max);
     let mut first = Vec::new();
-    let mut buf = vec![0u8; 64 * 1024];
+    // Read into spare capacity, not a zeroed buffer: in a session every page this process
+    // writes after forking a supervisor is a copy-on-write fault, and zeroing 64 KiB per
+    // stream was 32 of them per call, whatever the command printed.
+    let mut buf = Vec::with_capacity(64 * 1024);
     let mut out = tokio::io::stderr();
     loop {
-        let n = match stream.read(&mut buf).await {
+        buf.clear();
+        let n = match stream.read_buf(&mut buf).await {
             Ok(0) | Err(_) => break,
             Ok(n) => n,
         };
