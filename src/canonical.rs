@@ -34,6 +34,40 @@ pub fn canonicalize(path: &Path) -> io::Result<PathBuf> {
     Ok(PathBuf::from(OsStr::from_bytes(bytes)))
 }
 
+/// `path` (absolute) with `.` and `..` applied, provided that no component on the way is a
+/// symbolic link: for a path read from a file the sandbox could have changed the target
+/// of, where following a planted link would reach outside the directories it may write.
+/// Every component must exist.
+pub fn resolve_without_symlinks(path: &Path) -> io::Result<PathBuf> {
+    use std::path::Component;
+    if !path.is_absolute() {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("{} is not an absolute path", path.display()),
+        ));
+    }
+    let mut out = PathBuf::from("/");
+    for component in path.components() {
+        match component {
+            Component::Normal(name) => {
+                out.push(name);
+                if std::fs::symlink_metadata(&out)?.file_type().is_symlink() {
+                    return Err(io::Error::new(
+                        io::ErrorKind::InvalidInput,
+                        format!("{} is a symbolic link", out.display()),
+                    ));
+                }
+            }
+            // Only real directories were passed so far: their `..` is the lexical parent.
+            Component::ParentDir => {
+                out.pop();
+            }
+            Component::RootDir | Component::CurDir | Component::Prefix(_) => {}
+        }
+    }
+    Ok(out)
+}
+
 #[cfg(not(unix))]
 pub fn canonicalize(path: &Path) -> io::Result<PathBuf> {
     std::fs::canonicalize(path)
@@ -71,5 +105,21 @@ mod tests {
             canonicalize(Path::new("a\0b")).unwrap_err().kind(),
             io::ErrorKind::InvalidInput
         );
+    }
+
+    #[test]
+    fn a_symlink_anywhere_on_the_way_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = canonicalize(dir.path()).unwrap();
+        std::fs::create_dir_all(root.join("a/b")).unwrap();
+        std::os::unix::fs::symlink(root.join("a"), root.join("link")).unwrap();
+        assert_eq!(
+            resolve_without_symlinks(&root.join("a/b/../b/./")).unwrap(),
+            root.join("a/b")
+        );
+        assert!(resolve_without_symlinks(&root.join("link/b")).is_err());
+        assert!(resolve_without_symlinks(&root.join("link")).is_err());
+        assert!(resolve_without_symlinks(&root.join("a/missing")).is_err());
+        assert!(resolve_without_symlinks(Path::new("a/b")).is_err());
     }
 }

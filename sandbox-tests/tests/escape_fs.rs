@@ -882,6 +882,108 @@ fn escape_git_delete_dotgit_then_recreate_with_hooks(backend: &str) {
     );
 }
 
+/// A repository `root/main` (outside every writable root) whose linked worktree is the
+/// workspace; the worktree's git directory is `main/.git/worktrees/proj`.
+fn linked_worktree(fx: &Fixture) -> std::path::PathBuf {
+    let main = fx.root.join("main");
+    std::fs::create_dir(&main).unwrap();
+    let git = |args: &[&str]| {
+        let out = host_git(&main, &fx.home, args);
+        assert!(
+            out.status.success(),
+            "host `git {}` failed: {}",
+            args.join(" "),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    git(&["init", "-q", "-b", "main"]);
+    write(&main.join("README"), "readme\n");
+    git(&["add", "README"]);
+    git(&["commit", "-q", "-m", "initial"]);
+    std::fs::remove_dir(&fx.ws).unwrap();
+    git(&["worktree", "add", "-q", fx.ws.to_str().unwrap()]);
+    main
+}
+
+/// The worktree's git directory (writable to the sandbox, as git needs) swapped for a
+/// symlink to a host directory: chitti's repair after the call must not write through it,
+/// and the next call must not make the symlink's target writable.
+#[backends]
+fn escape_git_worktree_gitdir_swapped_for_symlink(backend: &str) {
+    let fx = Fixture::new();
+    let main = linked_worktree(&fx);
+    let target = fx.outside("target");
+    std::fs::create_dir(&target).unwrap();
+    let victim = fx.victim("target/config");
+    let before = file_state(&victim);
+    let worktrees = main.join(".git/worktrees");
+    // The git directory itself, or the `worktrees` directory holding it.
+    let ran = fx.chitti(backend).sh(&probe(&format!(
+        "cd {w} && mv proj proj-away && ln -s {t} proj; cd ..; \
+         mv worktrees worktrees-away && mkdir worktrees && ln -s {t} worktrees/proj; \
+         ls -la {w}",
+        w = sh_quote(&worktrees),
+        t = sh_quote(&target),
+    )));
+    ran.assert_probe_ran();
+    let technique = "swap the worktree's git directory for a symlink";
+    assert_eq!(
+        tree(&target),
+        vec![Path::new("config").to_path_buf()],
+        "ESCAPE ({technique}): chitti wrote into the symlink's target\n{ran}"
+    );
+    assert_eq!(
+        file_state(&victim),
+        before,
+        "ESCAPE ({technique}): the host file behind the symlink changed\n{ran}"
+    );
+    // The next call, whether chitti refuses it or runs it, must not write there.
+    let escaped = target.join("escaped");
+    let second = fx
+        .chitti(backend)
+        .sh(&format!("echo pwned > {}", sh_quote(&escaped)));
+    assert_absent(&escaped, &format!("{technique}, then write there"), &second);
+    assert_eq!(file_state(&victim), before, "{second}");
+}
+
+/// `config.worktree` is config too once `extensions.worktreeConfig` is on (`git
+/// sparse-checkout` turns it on): a `core.fsmonitor` planted there runs on the host.
+#[backends]
+fn escape_git_config_worktree_runs_on_host(backend: &str) {
+    let fx = Fixture::new();
+    fx.init_repo();
+    fx.git(&["config", "extensions.worktreeConfig", "true"]);
+    let pwned = fx.outside("pwned-config-worktree");
+    let ran = fx.chitti(backend).sh(&probe(&format!(
+        "printf '[core]\\n\\tfsmonitor = touch {p}\\n' >> .git/config.worktree",
+        p = sh_quote(&pwned)
+    )));
+    ran.assert_probe_ran();
+    let _ = fx.git(&["status", "--short"]);
+    assert_absent(&pwned, "core.fsmonitor in .git/config.worktree", &ran);
+}
+
+/// From a linked worktree, the main repository's `config.worktree` (in the common git
+/// directory the sandbox may write) is the one `git` in the main worktree reads.
+#[backends]
+fn escape_git_common_config_worktree_from_linked_worktree(backend: &str) {
+    let fx = Fixture::new();
+    let main = linked_worktree(&fx);
+    let host = |args: &[&str]| host_git(&main, &fx.home, args);
+    assert!(host(&["config", "extensions.worktreeConfig", "true"])
+        .status
+        .success());
+    let pwned = fx.outside("pwned-common-config-worktree");
+    let ran = fx.chitti(backend).sh(&probe(&format!(
+        "printf '[core]\\n\\tfsmonitor = touch {p}\\n' >> {c}",
+        p = sh_quote(&pwned),
+        c = sh_quote(main.join(".git/config.worktree")),
+    )));
+    ran.assert_probe_ran();
+    let _ = host(&["status", "--short"]);
+    assert_absent(&pwned, "core.fsmonitor in the common config.worktree", &ran);
+}
+
 // ---------------------------------------------------------------------------------------
 // Reading credentials
 // ---------------------------------------------------------------------------------------

@@ -6,7 +6,7 @@
 
 use std::path::{Path, PathBuf};
 
-use crate::canonical::canonicalize;
+use crate::canonical::resolve_without_symlinks;
 
 /// What protecting one repository needs.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
@@ -33,19 +33,35 @@ pub fn protection_for(root: &Path) -> Result<GitProtection, String> {
         out.pinned.push(dot_git.clone());
         add_repo_dir(&dot_git, &mut out);
     } else if meta.is_file() {
-        // A linked worktree: `.git` is a file `gitdir: <path>`.
+        // A linked worktree: `.git` is a file `gitdir: <path>`. Its git directory and the
+        // common directory become writable, so both are found without following a symlink:
+        // they lie in directories the sandbox can write, where it could have swapped one
+        // for a link to anywhere (which the next call would then make writable).
         out.pinned.push(dot_git.clone());
         out.read_only.push(dot_git.clone());
         let gitdir = read_pointer(&dot_git, "gitdir:", root)?;
         let common = match std::fs::read_to_string(gitdir.join("commondir")) {
-            Ok(text) => absolutize(text.trim(), &gitdir),
+            Ok(text) => real_dir(
+                &absolutize(text.trim(), &gitdir),
+                &format!("{}'s `commondir`", gitdir.display()),
+            )?,
             Err(_) => gitdir.clone(),
         };
-        let common = canonicalize(&common).unwrap_or(common);
         for dir in [&gitdir, &common] {
             if !dir.starts_with(root) && !out.writable.contains(dir) {
                 out.writable.push(dir.clone());
             }
+        }
+        // The git directory and the directories between it and the common one
+        // (`worktrees`) must not be moved or replaced either.
+        if let Ok(below) = gitdir.strip_prefix(&common) {
+            let mut dir = common.clone();
+            for name in below.components() {
+                dir.push(name);
+                out.pinned.push(dir.clone());
+            }
+        } else {
+            out.pinned.push(gitdir.clone());
         }
         out.read_only.push(gitdir.join("config.worktree"));
         if common != gitdir {
@@ -71,11 +87,18 @@ fn add_repo_dir(git_dir: &Path, out: &mut GitProtection) {
 fn add_repo_dir_at_depth(git_dir: &Path, out: &mut GitProtection, depth: usize) {
     out.read_only.push(git_dir.join("hooks"));
     out.read_only.push(git_dir.join("config"));
+    // Read as config when `extensions.worktreeConfig` is on (`git sparse-checkout` turns
+    // it on by itself).
+    out.read_only.push(git_dir.join("config.worktree"));
     out.read_only.push(git_dir.join("commondir"));
     if depth >= 3 {
         return;
     }
-    if let Ok(entries) = std::fs::read_dir(git_dir.join("modules")) {
+    let modules = git_dir.join("modules");
+    if std::fs::symlink_metadata(&modules).is_ok_and(|m| m.is_dir()) {
+        out.pinned.push(modules.clone());
+    }
+    if let Ok(entries) = std::fs::read_dir(&modules) {
         for entry in entries.flatten() {
             if entry.file_type().is_ok_and(|t| t.is_dir()) {
                 let module = entry.path();
@@ -94,14 +117,28 @@ fn read_pointer(file: &Path, key: &str, base: &Path) -> Result<PathBuf, String> 
         .find_map(|l| l.strip_prefix(key))
         .map(str::trim)
         .ok_or_else(|| format!("{} has no `{key}` line", file.display()))?;
-    let path = absolutize(value, base);
-    canonicalize(&path).map_err(|e| {
+    real_dir(&absolutize(value, base), &file.display().to_string())
+}
+
+/// `path` resolved, when it is a directory reached without any symbolic link; `what` names
+/// where the path was read, for the error.
+fn real_dir(path: &Path, what: &str) -> Result<PathBuf, String> {
+    let resolved = resolve_without_symlinks(path).map_err(|e| {
         format!(
-            "{} points at {}, which cannot be resolved: {e}",
-            file.display(),
+            "{what} points at {}, which cannot be used: {e}. chitti makes a worktree's git \
+             directories writable only where no symbolic link leads (one may have been planted \
+             by an earlier sandboxed command); check the repository and run `git worktree \
+             repair`",
             path.display()
         )
-    })
+    })?;
+    if !std::fs::symlink_metadata(&resolved).is_ok_and(|m| m.is_dir()) {
+        return Err(format!(
+            "{what} points at {}, which is not a directory",
+            resolved.display()
+        ));
+    }
+    Ok(resolved)
 }
 
 fn absolutize(value: &str, base: &Path) -> PathBuf {
@@ -160,5 +197,72 @@ mod tests {
         assert!(p.read_only.contains(&wt_gitdir.join("commondir")));
         assert!(p.writable.contains(&wt_gitdir));
         assert!(p.writable.contains(&common));
+    }
+
+    /// A main repository's git directory with a linked worktree `wt` (its git directory
+    /// `worktrees/wt`), and the worktree itself; both canonical.
+    fn linked_worktree() -> (tempfile::TempDir, PathBuf, PathBuf) {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().canonicalize().unwrap();
+        let common = root.join("main/.git");
+        let gitdir = common.join("worktrees/wt");
+        std::fs::create_dir_all(&gitdir).unwrap();
+        std::fs::write(gitdir.join("commondir"), "../..\n").unwrap();
+        let wt = root.join("wt");
+        std::fs::create_dir(&wt).unwrap();
+        std::fs::write(wt.join(".git"), format!("gitdir: {}\n", gitdir.display())).unwrap();
+        (dir, common, wt)
+    }
+
+    #[test]
+    fn a_linked_worktree_pins_its_git_directory_and_the_way_to_it() {
+        let (_dir, common, wt) = linked_worktree();
+        let p = protection_for(&wt).unwrap();
+        assert_eq!(
+            p.pinned,
+            vec![
+                wt.join(".git"),
+                common.join("worktrees"),
+                common.join("worktrees/wt")
+            ]
+        );
+        assert!(p.read_only.contains(&common.join("config.worktree")));
+    }
+
+    #[test]
+    fn a_git_directory_swapped_for_a_symlink_is_refused() {
+        let (_dir, common, wt) = linked_worktree();
+        let elsewhere = common.parent().unwrap().parent().unwrap().join("elsewhere");
+        std::fs::create_dir(&elsewhere).unwrap();
+        std::fs::write(elsewhere.join("commondir"), "../..\n").unwrap();
+        let gitdir = common.join("worktrees/wt");
+        std::fs::rename(&gitdir, common.join("worktrees/away")).unwrap();
+        std::os::unix::fs::symlink(&elsewhere, &gitdir).unwrap();
+        let err = protection_for(&wt).unwrap_err();
+        assert!(err.contains("symbolic link"), "{err}");
+
+        // The same for `worktrees`, one level up.
+        std::fs::remove_file(&gitdir).unwrap();
+        std::fs::rename(common.join("worktrees/away"), &gitdir).unwrap();
+        std::fs::rename(common.join("worktrees"), common.join("moved")).unwrap();
+        std::os::unix::fs::symlink(common.join("moved"), common.join("worktrees")).unwrap();
+        assert!(protection_for(&wt).unwrap_err().contains("symbolic link"));
+    }
+
+    #[test]
+    fn a_common_directory_reached_through_a_symlink_is_refused() {
+        let (_dir, common, wt) = linked_worktree();
+        let link = common.parent().unwrap().join("link");
+        std::os::unix::fs::symlink(&common, &link).unwrap();
+        std::fs::write(
+            common.join("worktrees/wt/commondir"),
+            format!("{}\n", link.display()),
+        )
+        .unwrap();
+        let err = protection_for(&wt).unwrap_err();
+        assert!(
+            err.contains("commondir") && err.contains("symbolic link"),
+            "{err}"
+        );
     }
 }

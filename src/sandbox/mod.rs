@@ -14,6 +14,8 @@ pub mod linux;
 pub mod macos;
 pub mod nested_git;
 #[cfg(target_os = "linux")]
+pub mod nofollow;
+#[cfg(target_os = "linux")]
 pub mod protect;
 pub mod rlimits;
 pub mod seatbelt;

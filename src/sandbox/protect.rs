@@ -3,13 +3,19 @@
 //! Landlock grants are inherited by everything beneath a writable root, so it cannot keep
 //! `.git/hooks` read-only while `.git/index` stays writable. chitti closes that gap after
 //! the fact: it snapshots the protected paths before the call and, once every sandboxed
-//! process is dead (so nothing can race it), puts back whatever changed and reports it.
-//! A renamed `.git` is found again through a descriptor held across the call.
+//! process is dead, puts back whatever changed and reports it. A renamed `.git` is found
+//! again through a descriptor held across the call.
+//!
+//! Every protected path lies in a directory the sandbox could write, and so may every
+//! directory on the way to it: each is reached through [`nofollow`], never through a
+//! symlink the command may have planted, so that a repair cannot land outside the writable
+//! roots. Pinned directories are put back shallowest first, so that the paths inside them
+//! lead through the original directories again before anything in them is repaired.
 
-use std::ffi::OsString;
-use std::os::fd::{AsRawFd, OwnedFd};
-use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
+
+use super::nofollow::{self, Entry as At};
 
 /// More than this in protected files is refused rather than half-guarded.
 const MAX_SNAPSHOT_BYTES: u64 = 16 * 1024 * 1024;
@@ -58,6 +64,17 @@ impl crate::sandbox::AfterCall for Snapshot {
     }
 }
 
+/// Why a protected path cannot be reached without following a symlink (or at all).
+fn unreachable(path: &Path, e: std::io::Error) -> String {
+    match e.raw_os_error() {
+        Some(libc::ELOOP) | Some(libc::ENOTDIR) => format!(
+            "{} lies behind a symbolic link or a file where a directory should be ({e})",
+            path.display()
+        ),
+        _ => format!("cannot reach {}: {e}", path.display()),
+    }
+}
+
 impl Snapshot {
     pub fn take(
         pinned: &[PathBuf],
@@ -66,48 +83,69 @@ impl Snapshot {
     ) -> Result<Snapshot, String> {
         let mut budget = MAX_SNAPSHOT_BYTES;
         let mut entries = Vec::new();
+        let mut pinned: Vec<&PathBuf> = pinned.iter().collect();
+        // Outer directories first: restoring one makes the paths inside it valid again.
+        pinned.sort_by_key(|p| p.components().count());
         for path in pinned {
-            let meta = std::fs::symlink_metadata(path)
-                .map_err(|e| format!("cannot stat {}: {e}", path.display()))?;
-            let fd = nix::fcntl::open(
-                path,
-                nix::fcntl::OFlag::O_PATH
-                    | nix::fcntl::OFlag::O_NOFOLLOW
-                    | nix::fcntl::OFlag::O_CLOEXEC,
-                nix::sys::stat::Mode::empty(),
-            )
-            .map_err(|e| format!("cannot open {}: {e}", path.display()))?;
+            let at = At::locate(path).map_err(|e| unreachable(path, e))?;
+            let found = at
+                .stat()
+                .map_err(|e| format!("cannot stat {}: {e}", path.display()))?
+                .ok_or_else(|| format!("cannot stat {}: it does not exist", path.display()))?;
+            let fd = at
+                .open_path()
+                .map_err(|e| format!("cannot open {}: {e}", path.display()))?;
             entries.push(Entry::Pinned {
                 path: path.clone(),
-                dev: meta.dev(),
-                ino: meta.ino(),
+                dev: found.dev,
+                ino: found.ino,
                 fd,
             });
         }
         for path in read_only {
-            let Ok(meta) = std::fs::symlink_metadata(path) else {
-                continue;
+            let at = match At::locate(path) {
+                Ok(at) => at,
+                Err(e) if e.raw_os_error() == Some(libc::ENOENT) => continue,
+                Err(e) => return Err(unreachable(path, e)),
             };
-            let mode = meta.permissions().mode() & 0o7777;
-            if meta.is_dir() {
+            let found = match at.stat() {
+                Ok(Some(found)) => found,
+                Ok(None) => continue,
+                Err(e) => return Err(format!("cannot stat {}: {e}", path.display())),
+            };
+            if found.is_dir() {
                 let mut tree = Vec::new();
-                walk(path, Path::new(""), &mut tree, &mut budget)?;
+                let dir = at
+                    .open_dir()
+                    .map_err(|e| format!("cannot list {}: {e}", path.display()))?;
+                walk(&dir, path, Path::new(""), &mut tree, &mut budget)?;
                 entries.push(Entry::Dir {
                     path: path.clone(),
-                    mode,
+                    mode: found.mode,
                     tree,
                 });
-            } else {
-                let bytes = read_capped(path, &mut budget)?;
+            } else if found.is_file() {
+                let bytes = read_capped(&at, path, &mut budget)?;
                 entries.push(Entry::File {
                     path: path.clone(),
                     bytes,
-                    mode,
+                    mode: found.mode,
                 });
+            } else {
+                return Err(format!(
+                    "protected path {} is not a plain file or directory (a symbolic link?): \
+                     chitti cannot keep what it points at unchanged; replace it with the \
+                     file or directory itself",
+                    path.display()
+                ));
             }
         }
         for path in absent {
-            if std::fs::symlink_metadata(path).is_err() {
+            let missing = match At::locate(path) {
+                Ok(at) => at.stat().map(|f| f.is_none()).unwrap_or(false),
+                Err(e) => e.raw_os_error() == Some(libc::ENOENT),
+            };
+            if missing {
                 entries.push(Entry::Absent { path: path.clone() });
             }
         }
@@ -122,11 +160,14 @@ impl Snapshot {
     /// sandboxed process is left.
     pub fn restore(&self) -> Vec<String> {
         let mut repairs = Vec::new();
-        let mut deleted: Vec<&Path> = Vec::new();
+        let mut lost: Vec<&Path> = Vec::new();
         for entry in &self.entries {
             if let Entry::Pinned { path, dev, ino, fd } = entry {
+                if lost.iter().any(|l| path.starts_with(l)) {
+                    continue;
+                }
                 if !restore_pinned(path, *dev, *ino, fd, &mut repairs) {
-                    deleted.push(path);
+                    lost.push(path);
                 }
             }
         }
@@ -134,19 +175,38 @@ impl Snapshot {
             // Inside a deleted repository there is nothing to restore into, and planting
             // a lone hooks/ or config would only make a broken repository.
             let path = match entry {
-                Entry::Pinned { path, .. }
-                | Entry::File { path, .. }
-                | Entry::Dir { path, .. }
-                | Entry::Absent { path } => path,
+                Entry::Pinned { .. } => continue,
+                Entry::File { path, .. } | Entry::Dir { path, .. } | Entry::Absent { path } => path,
             };
-            if deleted.iter().any(|d| path.starts_with(d)) {
+            if lost.iter().any(|d| path.starts_with(d)) {
                 continue;
             }
+            let at = match At::locate(path) {
+                Ok(at) => at,
+                Err(e) if e.raw_os_error() == Some(libc::ENOENT) => {
+                    if matches!(entry, Entry::Absent { .. }) {
+                        continue;
+                    }
+                    repairs.push(format!(
+                        "could not restore {}: a directory on its way is gone",
+                        path.display()
+                    ));
+                    continue;
+                }
+                Err(e) => {
+                    repairs.push(format!(
+                        "could not restore {}: {}",
+                        path.display(),
+                        unreachable(path, e)
+                    ));
+                    continue;
+                }
+            };
             match entry {
                 Entry::Pinned { .. } => {}
                 Entry::File { path, bytes, mode } => {
-                    if !file_matches(path, bytes, *mode) {
-                        repairs.push(match replace_file(path, bytes, *mode) {
+                    if !file_matches(&at, bytes, *mode) {
+                        repairs.push(match at.replace_file(bytes, *mode) {
                             Ok(()) => format!("restored {}", path.display()),
                             Err(e) => format!("could not restore {}: {e}", path.display()),
                         });
@@ -154,23 +214,29 @@ impl Snapshot {
                 }
                 Entry::Dir { path, mode, tree } => {
                     let mut failures = Vec::new();
-                    if restore_dir(path, *mode, tree, &mut failures) {
+                    if restore_dir(&at, path, *mode, tree, &mut failures) {
                         repairs.push(format!("restored {}", path.display()));
                     }
                     repairs.extend(failures);
                 }
                 Entry::Absent { path } => {
-                    if std::fs::symlink_metadata(path).is_ok() {
+                    if matches!(at.stat(), Ok(Some(_))) {
                         let quarantine = quarantine_name(path);
-                        if std::fs::rename(path, &quarantine).is_ok() {
+                        let name = quarantine.file_name().unwrap_or_default();
+                        if at.rename_within(name).is_ok() {
                             repairs.push(format!(
                                 "moved the planted {} to {}",
                                 path.display(),
                                 quarantine.display()
                             ));
                         } else {
-                            remove_any(path);
-                            repairs.push(format!("removed the planted {}", path.display()));
+                            repairs.push(match at.remove() {
+                                Ok(()) => format!("removed the planted {}", path.display()),
+                                Err(e) => format!(
+                                    "could not remove the planted {}: {e}; do not run git there",
+                                    path.display()
+                                ),
+                            });
                         }
                     }
                 }
@@ -180,43 +246,57 @@ impl Snapshot {
     }
 }
 
-fn read_capped(path: &Path, budget: &mut u64) -> Result<Vec<u8>, String> {
-    let size = std::fs::symlink_metadata(path)
-        .map(|m| m.len())
-        .unwrap_or(0);
-    if size > *budget {
-        return Err(format!(
-            "protected path {} is too large to guard on this backend (over {} MiB in total)",
-            path.display(),
-            MAX_SNAPSHOT_BYTES / (1024 * 1024)
-        ));
-    }
-    *budget -= size;
-    std::fs::read(path).map_err(|e| format!("cannot read {}: {e}", path.display()))
+fn read_capped(at: &At, path: &Path, budget: &mut u64) -> Result<Vec<u8>, String> {
+    let bytes = at.read_file(*budget).map_err(|e| {
+        if e.kind() == std::io::ErrorKind::InvalidData {
+            format!(
+                "protected path {} is too large to guard on this backend (over {} MiB in total)",
+                path.display(),
+                MAX_SNAPSHOT_BYTES / (1024 * 1024)
+            )
+        } else {
+            format!("cannot read {}: {e}", path.display())
+        }
+    })?;
+    *budget -= bytes.len() as u64;
+    Ok(bytes)
 }
 
+/// Records the tree under the directory `dir` (opened from `root`): directories and
+/// regular files, by path relative to `root`, parents before children.
 fn walk(
+    dir: &OwnedFd,
     root: &Path,
     rel: &Path,
     out: &mut Vec<(PathBuf, Option<Vec<u8>>, u32)>,
     budget: &mut u64,
 ) -> Result<(), String> {
-    let dir = root.join(rel);
-    let entries =
-        std::fs::read_dir(&dir).map_err(|e| format!("cannot list {}: {e}", dir.display()))?;
-    let mut names: Vec<OsString> = entries.flatten().map(|e| e.file_name()).collect();
+    let here = root.join(rel);
+    let mut names =
+        nofollow::list(dir).map_err(|e| format!("cannot list {}: {e}", here.display()))?;
     names.sort();
     for name in names {
         let rel_child = rel.join(&name);
         let full = root.join(&rel_child);
-        let meta = std::fs::symlink_metadata(&full)
-            .map_err(|e| format!("cannot stat {}: {e}", full.display()))?;
-        let mode = meta.permissions().mode() & 0o7777;
-        if meta.is_dir() {
-            out.push((rel_child.clone(), None, mode));
-            walk(root, &rel_child, out, budget)?;
-        } else if meta.is_file() {
-            out.push((rel_child, Some(read_capped(&full, budget)?), mode));
+        let at = At::in_dir(dir, &name).map_err(|e| format!("{}: {e}", full.display()))?;
+        let Some(found) = at
+            .stat()
+            .map_err(|e| format!("cannot stat {}: {e}", full.display()))?
+        else {
+            continue;
+        };
+        if found.is_dir() {
+            out.push((rel_child.clone(), None, found.mode));
+            let sub = at
+                .open_dir()
+                .map_err(|e| format!("cannot list {}: {e}", full.display()))?;
+            walk(&sub, root, &rel_child, out, budget)?;
+        } else if found.is_file() {
+            out.push((
+                rel_child,
+                Some(read_capped(&at, &full, budget)?),
+                found.mode,
+            ));
         }
         // Symlinks and special files in a hooks directory are not restored; they are
         // removed if the sandbox created them, and left alone if they were there before.
@@ -224,7 +304,7 @@ fn walk(
     Ok(())
 }
 
-/// Returns false when the pinned path was deleted (nothing to put back).
+/// Returns false when the pinned path could not be put back (deleted, or out of reach).
 fn restore_pinned(
     path: &Path,
     dev: u64,
@@ -232,47 +312,75 @@ fn restore_pinned(
     fd: &OwnedFd,
     repairs: &mut Vec<String>,
 ) -> bool {
-    let same = std::fs::symlink_metadata(path)
-        .map(|m| m.dev() == dev && m.ino() == ino)
-        .unwrap_or(false);
-    if same {
-        return true;
-    }
-    if std::fs::symlink_metadata(path).is_ok() {
-        let quarantine = quarantine_name(path);
-        if std::fs::rename(path, &quarantine).is_ok() {
+    let at = match At::locate(path) {
+        Ok(at) => at,
+        Err(e) => {
             repairs.push(format!(
-                "moved the replacement {} to {}",
+                "could not put back {}: {}",
                 path.display(),
-                quarantine.display()
+                unreachable(path, e)
             ));
-        } else {
-            remove_any(path);
-            repairs.push(format!("removed the replacement {}", path.display()));
+            return false;
+        }
+    };
+    match at.stat() {
+        Ok(Some(found)) if found.dev == dev && found.ino == ino => return true,
+        Ok(Some(_)) => {
+            let quarantine = quarantine_name(path);
+            let name = quarantine.file_name().unwrap_or_default();
+            if at.rename_within(name).is_ok() {
+                repairs.push(format!(
+                    "moved the replacement {} to {}",
+                    path.display(),
+                    quarantine.display()
+                ));
+            } else if at.remove().is_ok() {
+                repairs.push(format!("removed the replacement {}", path.display()));
+            } else {
+                repairs.push(format!(
+                    "could not move the replacement {} aside; do not run git there",
+                    path.display()
+                ));
+                return false;
+            }
+        }
+        Ok(None) => {}
+        Err(e) => {
+            repairs.push(format!("could not stat {}: {e}", path.display()));
+            return false;
         }
     }
     // The kernel keeps the descriptor's path up to date across renames.
-    match std::fs::read_link(format!("/proc/self/fd/{}", fd.as_raw_fd())) {
-        Ok(current) if !current.to_string_lossy().ends_with(" (deleted)") => {
-            if std::fs::rename(&current, path).is_ok() {
-                repairs.push(format!(
-                    "moved {} back to {}",
-                    current.display(),
-                    path.display()
-                ));
-                true
-            } else {
-                repairs.push(format!(
-                    "could not move {} back to {}",
-                    current.display(),
-                    path.display()
-                ));
-                false
-            }
-        }
+    let current = match std::fs::read_link(format!("/proc/self/fd/{}", fd.as_raw_fd())) {
+        Ok(current) if !current.to_string_lossy().ends_with(" (deleted)") => current,
         _ => {
             repairs.push(format!(
                 "{} was deleted by the sandboxed command",
+                path.display()
+            ));
+            return false;
+        }
+    };
+    let moved_back = At::locate(&current).and_then(|from| {
+        // The path the kernel reports is where the directory is now: check that it is.
+        match from.stat()? {
+            Some(found) if found.dev == dev && found.ino == ino => from.rename_to(&at),
+            _ => Err(std::io::Error::other("it is no longer there")),
+        }
+    });
+    match moved_back {
+        Ok(()) => {
+            repairs.push(format!(
+                "moved {} back to {}",
+                current.display(),
+                path.display()
+            ));
+            true
+        }
+        Err(e) => {
+            repairs.push(format!(
+                "could not move {} back to {}: {e}",
+                current.display(),
                 path.display()
             ));
             false
@@ -286,106 +394,93 @@ fn quarantine_name(path: &Path) -> PathBuf {
     path.with_file_name(name)
 }
 
-fn file_matches(path: &Path, bytes: &[u8], mode: u32) -> bool {
-    match std::fs::symlink_metadata(path) {
-        Ok(m) if m.is_file() && m.permissions().mode() & 0o7777 == mode => {
-            std::fs::read(path).is_ok_and(|b| b == bytes)
+fn file_matches(at: &At, bytes: &[u8], mode: u32) -> bool {
+    match at.stat() {
+        Ok(Some(found)) if found.is_file() && found.mode == mode => {
+            at.read_file(bytes.len() as u64).is_ok_and(|b| b == bytes)
         }
         _ => false,
     }
 }
 
-fn remove_any(path: &Path) {
-    match std::fs::symlink_metadata(path) {
-        Ok(m) if m.is_dir() => {
-            let _ = std::fs::remove_dir_all(path);
-        }
-        Ok(_) => {
-            let _ = std::fs::remove_file(path);
-        }
-        Err(_) => {}
-    }
-}
-
-/// Puts `bytes` at `path` by renaming a finished sibling over it, so that a reader (the
-/// host's git, perhaps started the moment chitti was killed) sees the old file or the
-/// restored one, never a missing or half-written one.
-fn replace_file(path: &Path, bytes: &[u8], mode: u32) -> std::io::Result<()> {
-    use std::io::Write;
-    let parent = path.parent().unwrap_or(Path::new("."));
-    let mut staged = tempfile::Builder::new()
-        .prefix(".chitti-restore-")
-        .tempfile_in(parent)?;
-    staged.write_all(bytes)?;
-    staged
-        .as_file()
-        .set_permissions(std::fs::Permissions::from_mode(mode))?;
-    match staged.persist(path) {
-        Ok(_) => Ok(()),
-        // A directory (or anything rename cannot replace) planted where the file was.
-        Err(e) => {
-            remove_any(path);
-            e.file.persist(path).map(|_| ()).map_err(|e| e.error)
-        }
-    }
-}
-
 /// Returns true when something had to change.
 fn restore_dir(
+    at: &At,
     path: &Path,
     mode: u32,
     tree: &[(PathBuf, Option<Vec<u8>>, u32)],
     failures: &mut Vec<String>,
 ) -> bool {
     let mut changed = false;
-    match std::fs::symlink_metadata(path) {
-        Ok(m) if m.is_dir() => {}
+    let mut fail = |what: &Path, e: std::io::Error| {
+        failures.push(format!("could not restore {}: {e}", what.display()));
+    };
+    match at.stat() {
+        Ok(Some(found)) if found.is_dir() => {
+            if found.mode != mode {
+                if let Err(e) = at.set_mode(mode) {
+                    fail(path, e);
+                }
+                changed = true;
+            }
+        }
         _ => {
-            remove_any(path);
-            let _ = std::fs::create_dir(path);
+            if let Err(e) = at.remove().and_then(|()| at.make_dir(mode)) {
+                fail(path, e);
+                return true;
+            }
             changed = true;
         }
     }
-    if std::fs::symlink_metadata(path)
-        .map(|m| m.permissions().mode() & 0o7777)
-        .ok()
-        != Some(mode)
-    {
-        let _ = std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode));
-        changed = true;
-    }
+    let dir = match at.open_dir() {
+        Ok(dir) => dir,
+        Err(e) => {
+            fail(path, e);
+            return true;
+        }
+    };
     // Remove what was not there before (deepest first).
     let mut now = Vec::new();
-    let mut ignored = u64::MAX;
-    let _ = walk_any(path, Path::new(""), &mut now, &mut ignored);
+    walk_any(&dir, Path::new(""), &mut now);
     for rel in now.iter().rev() {
         if !tree.iter().any(|(r, _, _)| r == rel) {
-            remove_any(&path.join(rel));
+            if let Err(e) = At::beneath(dir.as_fd(), rel).and_then(|x| x.remove()) {
+                fail(&path.join(rel), e);
+            }
             changed = true;
         }
     }
     for (rel, contents, m) in tree {
         let full = path.join(rel);
-        match contents {
-            None => {
-                if !std::fs::symlink_metadata(&full).is_ok_and(|x| x.is_dir()) {
-                    remove_any(&full);
-                    let _ = std::fs::create_dir(&full);
-                    changed = true;
-                }
-                if std::fs::symlink_metadata(&full)
-                    .map(|x| x.permissions().mode() & 0o7777)
-                    .ok()
-                    != Some(*m)
-                {
-                    let _ = std::fs::set_permissions(&full, std::fs::Permissions::from_mode(*m));
-                    changed = true;
-                }
+        let entry = match At::beneath(dir.as_fd(), rel) {
+            Ok(entry) => entry,
+            Err(e) => {
+                fail(&full, e);
+                changed = true;
+                continue;
             }
+        };
+        match contents {
+            None => match entry.stat() {
+                Ok(Some(found)) if found.is_dir() => {
+                    if found.mode != *m {
+                        if let Err(e) = entry.set_mode(*m) {
+                            fail(&full, e);
+                        }
+                        changed = true;
+                    }
+                }
+                _ => {
+                    if let Err(e) = entry.remove().and_then(|()| entry.make_dir(*m)) {
+                        fail(&full, e);
+                    }
+                    changed = true;
+                }
+            },
             Some(bytes) => {
-                if !file_matches(&full, bytes, *m) {
-                    if let Err(e) = replace_file(&full, bytes, *m) {
-                        failures.push(format!("could not restore {}: {e}", full.display()));
+                if !file_matches(&entry, bytes, *m) {
+                    if let Err(e) = entry.replace_file(bytes, *m) {
+                        fail(&full, e);
                     }
                     changed = true;
                 }
@@ -395,27 +490,26 @@ fn restore_dir(
     changed
 }
 
-/// Every path under `root` (any type), relative, parents before children.
-fn walk_any(
-    root: &Path,
-    rel: &Path,
-    out: &mut Vec<PathBuf>,
-    _budget: &mut u64,
-) -> std::io::Result<()> {
-    for entry in std::fs::read_dir(root.join(rel))?.flatten() {
-        let rel_child = rel.join(entry.file_name());
-        let is_dir = entry.file_type().map(|t| t.is_dir()).unwrap_or(false);
+/// Every path under the directory `dir` (any type), relative, parents before children;
+/// directories are entered only as themselves, never through a symlink.
+fn walk_any(dir: &OwnedFd, rel: &Path, out: &mut Vec<PathBuf>) {
+    let Ok(names) = nofollow::list(dir) else {
+        return;
+    };
+    for name in names {
+        let rel_child = rel.join(&name);
         out.push(rel_child.clone());
-        if is_dir {
-            walk_any(root, &rel_child, out, _budget)?;
+        let sub = At::in_dir(dir, &name).and_then(|at| at.open_dir());
+        if let Ok(sub) = sub {
+            walk_any(&sub, &rel_child, out);
         }
     }
-    Ok(())
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::os::unix::fs::PermissionsExt;
 
     #[test]
     fn restores_hooks_config_and_a_renamed_git_dir() {
@@ -499,5 +593,84 @@ mod tests {
             })
             .collect();
         assert!(leftovers.is_empty(), "staging files left behind");
+    }
+
+    /// A tree `common/worktrees/wt` (a linked worktree's git directory, with `commondir`)
+    /// and, beside it, a host directory `victim` with a `config` the sandbox cannot write.
+    fn worktree_and_victim() -> (tempfile::TempDir, PathBuf, PathBuf) {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().canonicalize().unwrap();
+        let wt = root.join("common/worktrees/wt");
+        std::fs::create_dir_all(&wt).unwrap();
+        std::fs::write(wt.join("commondir"), "../..\n").unwrap();
+        std::fs::create_dir(root.join("victim")).unwrap();
+        std::fs::write(root.join("victim/config"), "host file\n").unwrap();
+        (dir, root, wt)
+    }
+
+    fn victim_untouched(root: &Path) {
+        let names: Vec<_> = std::fs::read_dir(root.join("victim"))
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert_eq!(names, vec!["config"], "something was written outside");
+        assert_eq!(
+            std::fs::read_to_string(root.join("victim/config")).unwrap(),
+            "host file\n"
+        );
+    }
+
+    #[test]
+    fn a_git_dir_swapped_for_a_symlink_is_put_back_without_writing_through_it() {
+        let (_dir, root, wt) = worktree_and_victim();
+        let snap = Snapshot::take(
+            &[root.join("common/worktrees"), wt.clone()],
+            &[wt.join("commondir")],
+            &[wt.join("config"), wt.join("config.worktree")],
+        )
+        .unwrap();
+
+        // The attack: the git directory moved aside, a symlink to the victim in its place.
+        std::fs::rename(&wt, root.join("common/worktrees/away")).unwrap();
+        std::os::unix::fs::symlink(root.join("victim"), &wt).unwrap();
+        std::fs::write(root.join("common/worktrees/away/commondir"), "/evil\n").unwrap();
+        let repairs = snap.restore();
+
+        victim_untouched(&root);
+        assert!(
+            std::fs::symlink_metadata(&wt).unwrap().is_dir(),
+            "{repairs:?}"
+        );
+        assert_eq!(
+            std::fs::read_to_string(wt.join("commondir")).unwrap(),
+            "../..\n"
+        );
+        assert!(!root.join("common/worktrees/away").exists());
+    }
+
+    #[test]
+    fn nothing_is_repaired_through_a_symlinked_directory_that_was_not_pinned() {
+        let (_dir, root, wt) = worktree_and_victim();
+        let snap = Snapshot::take(&[], &[wt.join("commondir")], &[wt.join("config")]).unwrap();
+        std::fs::rename(&wt, root.join("common/worktrees/away")).unwrap();
+        std::os::unix::fs::symlink(root.join("victim"), &wt).unwrap();
+        let repairs = snap.restore();
+
+        victim_untouched(&root);
+        assert!(
+            repairs.iter().any(|r| r.contains("symbolic link")),
+            "the failure is reported: {repairs:?}"
+        );
+    }
+
+    #[test]
+    fn a_protected_path_behind_a_symlink_is_refused_before_the_call() {
+        let (_dir, root, wt) = worktree_and_victim();
+        std::fs::rename(&wt, root.join("common/worktrees/away")).unwrap();
+        std::os::unix::fs::symlink(root.join("victim"), &wt).unwrap();
+        let err = Snapshot::take(&[], &[wt.join("config")], &[]).unwrap_err();
+        assert!(err.contains("symbolic link"), "{err}");
+        // A symlink may be pinned itself (a `.git` symlink): it stays that link.
+        assert!(Snapshot::take(std::slice::from_ref(&wt), &[], &[]).is_ok());
     }
 }
