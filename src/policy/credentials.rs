@@ -48,6 +48,17 @@ pub const ROOT_ONLY: &[&str] = &[
     "/etc/ssh/ssh_host_*",
     "/etc/ssl/private",
     "/etc/security/opasswd",
+    // Keys and passwords system services keep (Kerberos, Wi-Fi and VPN, PPP, TLS
+    // certificates from certbot, answers given to debconf).
+    "/etc/krb5.keytab",
+    "/etc/NetworkManager/system-connections",
+    "/etc/wpa_supplicant/wpa_supplicant*",
+    "/etc/ipsec.secrets",
+    "/etc/ppp/chap-secrets",
+    "/etc/ppp/pap-secrets",
+    "/etc/letsencrypt/archive",
+    "/etc/letsencrypt/keys",
+    "/var/cache/debconf/passwords.dat",
 ];
 
 /// Expands the built-in list for `home`, plus chitti's own config and state directories
