@@ -160,10 +160,15 @@ pub fn open_write(policy: &Policy, path: &str, mode: WriteMode) -> Result<Opened
             policy.profile
         )));
     }
-    let Some(name) = target.rel.file_name().map(OsStr::to_os_string) else {
-        return Err(ConfineError::Invalid(format!(
-            "`{path}` does not name a file (it ends in `..`, `.` or `/`)"
-        )));
+    // `Path` forgets a trailing `/` (and `/.`): "dir/" would name the file `dir`.
+    let names_a_directory = path.ends_with('/') || path.ends_with("/.") || path == ".";
+    let name = match target.rel.file_name() {
+        Some(name) if !names_a_directory => name.to_os_string(),
+        _ => {
+            return Err(ConfineError::Invalid(format!(
+                "`{path}` does not name a file (it ends in `..`, `.` or `/`)"
+            )))
+        }
     };
     let parent_rel = target.rel.parent().unwrap_or(Path::new(""));
     // By the spelling first, so that a refused write creates no directories; the

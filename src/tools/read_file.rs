@@ -16,6 +16,10 @@ pub const DEFAULT_MAX_LINES: u64 = 2000;
 pub const MAX_OUTPUT_BYTES: usize = 256 * 1024;
 /// A longer line is cut (minified files would otherwise fill the output with one line).
 pub const MAX_LINE_BYTES: usize = 4000;
+/// Bytes read at most per call, to reach `start_line` and show the range: a file can be
+/// far larger than it looks (a sparse file of zeros, a log of one endless line), and file
+/// tools run one at a time.
+pub const MAX_SCAN_BYTES: u64 = 256 * 1024 * 1024;
 
 pub struct ReadFile;
 
@@ -63,9 +67,8 @@ impl FileTool for ReadFile {
             Err(e) => return e.into(),
         };
         let shown = confine::display(policy, &opened.path);
-        let mut reader = BufReader::with_capacity(64 * 1024, opened.file);
-        match read_lines(&mut reader, start, last) {
-            Ok(Some(window)) => render(&shown, start, args.end_line.is_none(), window),
+        match read_window(opened.file, start, last, MAX_SCAN_BYTES) {
+            Ok(Some(window)) => render(&shown, start, last, args.end_line.is_none(), window),
             Ok(None) => ToolResult::error(format!(
                 "`{shown}` is a binary file; read_file shows text only"
             )),
@@ -84,6 +87,26 @@ struct Window {
     more: bool,
     cut_by_size: bool,
     long_lines_cut: bool,
+    /// Reading stopped at the scan limit (MAX_SCAN_BYTES).
+    cut_by_scan: bool,
+}
+
+/// [`read_lines`] of `file`, reading at most `scan_limit` bytes of it.
+fn read_window(
+    file: impl io::Read,
+    start: u64,
+    last: u64,
+    scan_limit: u64,
+) -> io::Result<Option<Window>> {
+    let mut reader = BufReader::with_capacity(64 * 1024, file.take(scan_limit));
+    let mut window = read_lines(&mut reader, start, last)?;
+    if let Some(w) = &mut window {
+        if reader.get_ref().limit() == 0 && w.last_shown != Some(last) {
+            w.cut_by_scan = true;
+            w.more = true;
+        }
+    }
+    Ok(window)
 }
 
 /// Numbered lines `start..=last`, or `None` for a binary file.
@@ -98,6 +121,7 @@ fn read_lines(reader: &mut impl BufRead, start: u64, last: u64) -> io::Result<Op
         more: false,
         cut_by_size: false,
         long_lines_cut: false,
+        cut_by_scan: false,
     };
     let mut line = Vec::new();
     while let Some(cut) = next_line(reader, &mut line, MAX_LINE_BYTES)? {
@@ -158,8 +182,19 @@ fn next_line(reader: &mut impl BufRead, buf: &mut Vec<u8>, max: usize) -> io::Re
 }
 
 /// `default_range`: no end_line was given, so stopping early deserves a note.
-fn render(shown: &str, start: u64, default_range: bool, w: Window) -> ToolResult {
+fn render(shown: &str, start: u64, last: u64, default_range: bool, w: Window) -> ToolResult {
+    let scan_limit = format!(
+        "read_file reads at most {} MiB of a file per call; read this part with execute_bash \
+         (e.g. `sed -n '{start},{last}p'`)",
+        MAX_SCAN_BYTES / (1024 * 1024)
+    );
     let Some(last_shown) = w.last_shown else {
+        if w.cut_by_scan {
+            return ToolResult::error(format!(
+                "line {start} of `{shown}` was not reached ({} lines seen): {scan_limit}",
+                w.lines_seen
+            ));
+        }
         if w.lines_seen == 0 && start == 1 {
             return ToolResult::success(
                 json!({"path": shown, "start_line": 1, "end_line": 0, "more": false, "lines": ""}),
@@ -177,7 +212,11 @@ fn render(shown: &str, start: u64, default_range: bool, w: Window) -> ToolResult
             "[lines longer than {MAX_LINE_BYTES} bytes were cut]\n"
         ));
     }
-    if w.cut_by_size || (default_range && w.more) {
+    if w.cut_by_scan {
+        text.push_str(&format!(
+            "[showing lines {start}-{last_shown}; stopped there: {scan_limit}]\n"
+        ));
+    } else if w.cut_by_size || (default_range && w.more) {
         let why = if w.cut_by_size {
             format!("output is limited to {} KiB", MAX_OUTPUT_BYTES / 1024)
         } else {
@@ -194,7 +233,7 @@ fn render(shown: &str, start: u64, default_range: bool, w: Window) -> ToolResult
             "start_line": start,
             "end_line": last_shown,
             "more": w.more,
-            "truncated": w.cut_by_size || w.long_lines_cut,
+            "truncated": w.cut_by_size || w.long_lines_cut || w.cut_by_scan,
             "lines": w.text,
         }),
         text,
@@ -311,5 +350,39 @@ mod tests {
         assert_eq!(r.content["kind"], "not_found");
         let r = run(&fx, json!({"path": "/etc/passwd"}));
         assert_eq!(r.content["kind"], "outside_workspace");
+    }
+
+    #[test]
+    fn reading_stops_at_the_scan_limit_with_what_to_do_instead() {
+        // Twenty lines, then a "line" of zeros with no end (a sparse file reads like this).
+        let mut body: Vec<u8> = (1..=20)
+            .flat_map(|i| format!("l{i}\n").into_bytes())
+            .collect();
+        body.extend(std::iter::repeat_n(b'x', 100_000));
+        let far = read_window(&body[..], 30, 40, 10_000).unwrap().unwrap();
+        let result = render("big", 30, 40, false, far);
+        assert!(!result.ok);
+        assert!(result.text.contains("not reached") && result.text.contains("sed -n '30,40p'"));
+
+        let near = read_window(&body[..], 19, 40, 10_000).unwrap().unwrap();
+        let result = render("big", 19, 40, false, near);
+        assert!(result.ok, "{}", result.text);
+        assert!(
+            result.text.starts_with("    19\tl19\n    20\tl20\n"),
+            "{}",
+            result.text
+        );
+        assert!(result.text.contains("stopped there"), "{}", result.text);
+        assert_eq!(result.content["more"], true);
+
+        // A range that ends inside the limit is not marked.
+        let whole = read_window(&body[..20 * 4], 1, 5, 10_000).unwrap().unwrap();
+        assert!(!whole.cut_by_scan);
+        let exact = read_window(&body[..], 1, 5, 16).unwrap().unwrap();
+        assert!(
+            !exact.cut_by_scan && exact.last_shown == Some(5),
+            "{:?}",
+            exact.last_shown
+        );
     }
 }

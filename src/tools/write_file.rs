@@ -106,4 +106,20 @@ mod tests {
         assert!(!fx.ws.join(".git/hooks/pre-commit").exists());
         assert!(!fx.outside.join("pwned").exists());
     }
+
+    #[test]
+    fn a_path_naming_a_directory_is_refused_and_nothing_is_created() {
+        let fx = Fixture::new();
+        for path in ["newdir/", "newdir/.", "sub/newdir/", ".", "newdir/.."] {
+            let r = run(&fx, path, "x");
+            assert!(!r.ok, "{path}: {}", r.text);
+            assert!(
+                r.text.contains("does not name a file"),
+                "{path}: {}",
+                r.text
+            );
+        }
+        assert!(!fx.ws.join("newdir").exists());
+        assert!(!fx.ws.join("sub").exists());
+    }
 }
