@@ -15,7 +15,7 @@
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
 
-use super::nofollow::{self, Entry as At};
+use super::nofollow::{self, Entry as At, Locator};
 
 /// More than this in protected files is refused rather than half-guarded.
 const MAX_SNAPSHOT_BYTES: u64 = 16 * 1024 * 1024;
@@ -102,8 +102,9 @@ impl Snapshot {
                 fd,
             });
         }
+        let mut locator = Locator::default();
         for path in read_only {
-            let at = match At::locate(path) {
+            let at = match locator.locate(path) {
                 Ok(at) => at,
                 Err(e) if e.raw_os_error() == Some(libc::ENOENT) => continue,
                 Err(e) => return Err(unreachable(path, e)),
@@ -141,7 +142,7 @@ impl Snapshot {
             }
         }
         for path in absent {
-            let missing = match At::locate(path) {
+            let missing = match locator.locate(path) {
                 Ok(at) => at.stat().map(|f| f.is_none()).unwrap_or(false),
                 Err(e) => e.raw_os_error() == Some(libc::ENOENT),
             };
@@ -171,6 +172,9 @@ impl Snapshot {
                 }
             }
         }
+        // From here on only the entries themselves change, never a directory on the way to
+        // one, so parent directories may be kept open between entries.
+        let mut locator = Locator::default();
         for entry in &self.entries {
             // Inside a deleted repository there is nothing to restore into, and planting
             // a lone hooks/ or config would only make a broken repository.
@@ -181,7 +185,7 @@ impl Snapshot {
             if lost.iter().any(|d| path.starts_with(d)) {
                 continue;
             }
-            let at = match At::locate(path) {
+            let at = match locator.locate(path) {
                 Ok(at) => at,
                 Err(e) if e.raw_os_error() == Some(libc::ENOENT) => {
                     if matches!(entry, Entry::Absent { .. }) {
@@ -247,7 +251,7 @@ impl Snapshot {
 }
 
 fn read_capped(at: &At, path: &Path, budget: &mut u64) -> Result<Vec<u8>, String> {
-    let bytes = at.read_file(*budget).map_err(|e| {
+    let (_, bytes) = at.read_file(*budget).map_err(|e| {
         if e.kind() == std::io::ErrorKind::InvalidData {
             format!(
                 "protected path {} is too large to guard on this backend (over {} MiB in total)",
@@ -278,7 +282,7 @@ fn walk(
     for name in names {
         let rel_child = rel.join(&name);
         let full = root.join(&rel_child);
-        let at = At::in_dir(dir, &name).map_err(|e| format!("{}: {e}", full.display()))?;
+        let at = At::in_dir(dir.as_fd(), &name);
         let Some(found) = at
             .stat()
             .map_err(|e| format!("cannot stat {}: {e}", full.display()))?
@@ -395,12 +399,8 @@ fn quarantine_name(path: &Path) -> PathBuf {
 }
 
 fn file_matches(at: &At, bytes: &[u8], mode: u32) -> bool {
-    match at.stat() {
-        Ok(Some(found)) if found.is_file() && found.mode == mode => {
-            at.read_file(bytes.len() as u64).is_ok_and(|b| b == bytes)
-        }
-        _ => false,
-    }
+    at.read_file(bytes.len() as u64)
+        .is_ok_and(|(found, now)| found.mode == mode && now == bytes)
 }
 
 /// Returns true when something had to change.
@@ -499,7 +499,7 @@ fn walk_any(dir: &OwnedFd, rel: &Path, out: &mut Vec<PathBuf>) {
     for name in names {
         let rel_child = rel.join(&name);
         out.push(rel_child.clone());
-        let sub = At::in_dir(dir, &name).and_then(|at| at.open_dir());
+        let sub = At::in_dir(dir.as_fd(), &name).open_dir();
         if let Ok(sub) = sub {
             walk_any(&sub, &rel_child, out);
         }
