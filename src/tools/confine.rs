@@ -15,7 +15,7 @@
 //! and pinned paths, and anything inside a `.git` directory, whose hooks and config run
 //! code outside the sandbox the next time git runs) and with a read-only profile.
 
-use std::ffi::{OsStr, OsString};
+use std::ffi::OsString;
 use std::fs::File;
 use std::io;
 use std::path::{Component, Path, PathBuf};
