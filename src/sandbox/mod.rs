@@ -451,12 +451,24 @@ pub fn nested_repo_checks(policy: &Policy) -> Vec<Box<dyn AfterCall>> {
     }
 }
 
+/// Creates the directory `path`, not through a symlink on the way (another call's sandbox
+/// may be changing the tree meanwhile).
+#[cfg(target_os = "linux")]
+fn create_dir_nofollow(path: &Path) -> std::io::Result<()> {
+    nofollow::Entry::locate(path)?.make_dir(0o755)
+}
+
+#[cfg(not(target_os = "linux"))]
+fn create_dir_nofollow(path: &Path) -> std::io::Result<()> {
+    std::fs::create_dir(path)
+}
+
 /// Creates missing `hooks` directories of protected repositories, so that they can be
 /// held read-only (a missing one could otherwise be created with a hook inside).
 pub fn create_missing_hooks(policy: &Policy) -> Result<(), SandboxError> {
     for path in &policy.read_only {
         if path.ends_with("hooks") && !path.exists() {
-            std::fs::create_dir(path).map_err(|e| {
+            create_dir_nofollow(path).map_err(|e| {
                 SandboxError::Unavailable(format!(
                     "cannot create {} to protect it: {e}",
                     path.display()

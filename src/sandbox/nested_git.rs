@@ -330,7 +330,7 @@ impl NestedRepoGuard {
                 let aside = repo
                     .git_dir
                     .join(format!("{name}.chitti-quarantine-{}", std::process::id()));
-                match std::fs::rename(&path, &aside) {
+                match rename_nofollow(&path, &aside) {
                     Ok(()) => repairs.push(format!(
                         "{}: moved {} aside to {} ({why})",
                         repo.label,
@@ -348,6 +348,19 @@ impl NestedRepoGuard {
         repairs.extend(problems);
         repairs
     }
+}
+
+/// Renames `from` to `to` in the same directory, not through a symlink on the way: the
+/// directory was found canonical, but another call's sandbox may be changing the tree.
+#[cfg(target_os = "linux")]
+fn rename_nofollow(from: &Path, to: &Path) -> std::io::Result<()> {
+    let name = to.file_name().unwrap_or_default();
+    super::nofollow::Entry::locate(from)?.rename_within(name)
+}
+
+#[cfg(not(target_os = "linux"))]
+fn rename_nofollow(from: &Path, to: &Path) -> std::io::Result<()> {
+    std::fs::rename(from, to)
 }
 
 /// A writable root's own repository.
