@@ -20,26 +20,58 @@ pub fn preview(policy: &Policy, tool: Tool, args: &Value) -> String {
 }
 
 /// Terminal control characters (a carriage return or an escape sequence can erase the
-/// real command and draw another), and the invisible Unicode format characters that
-/// reorder or hide text (bidi overrides, zero-width characters), are written as escapes:
-/// the user must see exactly what will run. Newlines and tabs stay.
+/// real command and draw another), and the Unicode characters that reorder text or draw
+/// nothing, are written as escapes: the user must see exactly what will run. Newlines and
+/// tabs stay.
 pub fn visible(text: &str) -> String {
     let mut out = String::with_capacity(text.len());
     for c in text.chars() {
-        let hides = match c {
-            '\n' | '\t' => false,
-            c if c.is_control() => true,
-            '\u{200B}'..='\u{200F}' | '\u{202A}'..='\u{202E}' | '\u{2060}'..='\u{2069}' => true,
-            '\u{FEFF}' => true,
-            _ => false,
-        };
-        if hides {
+        if hides(c) {
             out.extend(c.escape_default());
         } else {
             out.push(c);
         }
     }
     out
+}
+
+fn hides(c: char) -> bool {
+    match c {
+        '\n' | '\t' => false,
+        c if c.is_control() => true,
+        // Format characters (Unicode category Cf): bidi controls and marks, zero-width
+        // characters, the soft hyphen, and the tag characters, which can carry a whole
+        // hidden text.
+        '\u{00AD}'
+        | '\u{0600}'..='\u{0605}'
+        | '\u{061C}'
+        | '\u{06DD}'
+        | '\u{070F}'
+        | '\u{180E}'
+        | '\u{200B}'..='\u{200F}'
+        | '\u{202A}'..='\u{202E}'
+        | '\u{2060}'..='\u{206F}'
+        | '\u{FEFF}'
+        | '\u{FFF9}'..='\u{FFFB}'
+        | '\u{110BD}'
+        | '\u{1BCA0}'..='\u{1BCA3}'
+        | '\u{1D173}'..='\u{1D17A}'
+        | '\u{E0000}'..='\u{E007F}' => true,
+        // Line and paragraph separators: a terminal shows a line break, or nothing.
+        '\u{2028}' | '\u{2029}' => true,
+        // Characters that draw nothing: Hangul fillers, the combining grapheme joiner,
+        // Khmer's inherent vowels, variation selectors.
+        '\u{115F}'
+        | '\u{1160}'
+        | '\u{3164}'
+        | '\u{FFA0}'
+        | '\u{034F}'
+        | '\u{17B4}'
+        | '\u{17B5}'
+        | '\u{FE00}'..='\u{FE0F}'
+        | '\u{E0100}'..='\u{E01EF}' => true,
+        _ => false,
+    }
 }
 
 fn raw_preview(policy: &Policy, tool: Tool, args: &Value) -> String {
@@ -158,6 +190,19 @@ mod tests {
             &json!({"path": "b.txt", "content": "y\x1b[1A\x1b[2K\n"}),
         );
         assert!(shown.contains(r"+y\u{1b}[1A\u{1b}[2K"), "{shown}");
+        let hidden =
+            "rm\u{2028}\u{2029}\u{061C}\u{00AD}\u{3164}\u{115F}\u{FFA0}\u{E0041}\u{E0042}\u{FE0F}x";
+        let shown = preview(&fx.policy, Tool::ExecuteBash, &json!({ "command": hidden }));
+        assert!(
+            shown.contains(
+                r"$ rm\u{2028}\u{2029}\u{61c}\u{ad}\u{3164}\u{115f}\u{ffa0}\u{e0041}\u{e0042}\u{fe0f}x"
+            ),
+            "{shown}"
+        );
+        // Ordinary text, accents and other scripts included, is shown as it is.
+        let plain = "echo 'héllo wörld 你好 مرحبا' | wc -c";
+        let shown = preview(&fx.policy, Tool::ExecuteBash, &json!({ "command": plain }));
+        assert!(shown.contains(&format!("$ {plain}\n")), "{shown}");
     }
 
     #[test]
