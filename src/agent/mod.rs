@@ -408,7 +408,7 @@ impl<P: Provider> Agent<P> {
             "approval",
             json!({"id": call.id, "name": call.name, "decision": verdict, "asked": decision.asked,
                    "sandboxed": view.sandboxed, "mode": self.approval.mode(),
-                   "backend": self.toolbox.backend.name()}),
+                   "backend": if view.sandboxed { self.toolbox.backend.name() } else { "none" }}),
         );
         match decision.answer {
             Answer::Yes | Answer::Always => Plan::Run { summary: shown },

@@ -347,6 +347,17 @@ async fn an_unsandboxed_call_is_asked_about_in_auto_sandboxed_mode() {
     assert_eq!(questions.len(), 1, "{questions:?}");
     assert!(questions[0].contains("OUTSIDE THE SANDBOX"));
     assert!(last_results(&agent)[1].text.contains("none outside"));
+    // The log names the backend each call ran under.
+    let approvals: Vec<_> = s
+        .events()
+        .into_iter()
+        .filter(|e| e["event"] == "approval")
+        .collect();
+    assert_eq!(approvals.len(), 2);
+    assert_eq!(approvals[0]["sandboxed"], true);
+    assert_ne!(approvals[0]["backend"], "none");
+    assert_eq!(approvals[1]["sandboxed"], false);
+    assert_eq!(approvals[1]["backend"], "none");
 }
 
 #[tokio::test]
