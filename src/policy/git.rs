@@ -124,13 +124,21 @@ fn read_pointer(file: &Path, key: &str, base: &Path) -> Result<PathBuf, String> 
 /// where the path was read, for the error.
 fn real_dir(path: &Path, what: &str) -> Result<PathBuf, String> {
     let resolved = resolve_without_symlinks(path).map_err(|e| {
-        format!(
-            "{what} points at {}, which cannot be used: {e}. chitti makes a worktree's git \
-             directories writable only where no symbolic link leads (one may have been planted \
-             by an earlier sandboxed command); check the repository and run `git worktree \
-             repair`",
-            path.display()
-        )
+        if e.kind() == std::io::ErrorKind::NotFound {
+            format!(
+                "{what} points at {}, which does not exist: was the repository moved or \
+                 deleted? (`git worktree repair` fixes a moved one)",
+                path.display()
+            )
+        } else {
+            format!(
+                "{what} points at {}, which cannot be used: {e}. chitti makes a worktree's \
+                 git directories writable only where no symbolic link leads (one may have \
+                 been planted by an earlier sandboxed command); check the repository and run \
+                 `git worktree repair`",
+                path.display()
+            )
+        }
     })?;
     if !std::fs::symlink_metadata(&resolved).is_ok_and(|m| m.is_dir()) {
         return Err(format!(
@@ -264,5 +272,14 @@ mod tests {
             err.contains("commondir") && err.contains("symbolic link"),
             "{err}"
         );
+    }
+
+    #[test]
+    fn a_missing_git_directory_is_named_as_missing() {
+        let (_dir, common, wt) = linked_worktree();
+        std::fs::remove_dir_all(common.join("worktrees")).unwrap();
+        let err = protection_for(&wt).unwrap_err();
+        assert!(err.contains("does not exist"), "{err}");
+        assert!(!err.contains("symbolic link"), "{err}");
     }
 }
