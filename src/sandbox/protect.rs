@@ -65,7 +65,7 @@ impl crate::sandbox::AfterCall for Snapshot {
 }
 
 /// Why a protected path cannot be reached without following a symlink (or at all).
-fn unreachable(path: &Path, e: std::io::Error) -> String {
+fn unreachable_path(path: &Path, e: std::io::Error) -> String {
     match e.raw_os_error() {
         Some(libc::ELOOP) | Some(libc::ENOTDIR) => format!(
             "{} lies behind a symbolic link or a file where a directory should be ({e})",
@@ -87,7 +87,7 @@ impl Snapshot {
         // Outer directories first: restoring one makes the paths inside it valid again.
         pinned.sort_by_key(|p| p.components().count());
         for path in pinned {
-            let at = At::locate(path).map_err(|e| unreachable(path, e))?;
+            let at = At::locate(path).map_err(|e| unreachable_path(path, e))?;
             let found = at
                 .stat()
                 .map_err(|e| format!("cannot stat {}: {e}", path.display()))?
@@ -107,7 +107,7 @@ impl Snapshot {
             let at = match locator.locate(path) {
                 Ok(at) => at,
                 Err(e) if e.raw_os_error() == Some(libc::ENOENT) => continue,
-                Err(e) => return Err(unreachable(path, e)),
+                Err(e) => return Err(unreachable_path(path, e)),
             };
             let found = match at.stat() {
                 Ok(Some(found)) => found,
@@ -201,7 +201,7 @@ impl Snapshot {
                     repairs.push(format!(
                         "could not restore {}: {}",
                         path.display(),
-                        unreachable(path, e)
+                        unreachable_path(path, e)
                     ));
                     continue;
                 }
@@ -322,7 +322,7 @@ fn restore_pinned(
             repairs.push(format!(
                 "could not put back {}: {}",
                 path.display(),
-                unreachable(path, e)
+                unreachable_path(path, e)
             ));
             return false;
         }
