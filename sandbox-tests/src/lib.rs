@@ -449,6 +449,12 @@ impl Chitti {
         self
     }
 
+    /// Another workspace (`-w`), started from there.
+    pub fn workspace(mut self, dir: impl AsRef<Path>) -> Self {
+        self.workspace = Some(dir.as_ref().to_path_buf());
+        self.cwd(dir)
+    }
+
     /// The directory chitti is started from.
     pub fn cwd(mut self, dir: impl AsRef<Path>) -> Self {
         self.cwd = dir.as_ref().to_path_buf();

@@ -82,6 +82,30 @@ fn control_git_init_add_commit_lands_on_host(backend: &str) {
     assert_eq!(fx.git(&["show", "HEAD:file.txt"]), "content\n");
 }
 
+/// A linked worktree as the workspace: git writes its own git directory and the main
+/// repository's objects and refs (both outside the workspace), and nothing looks tampered.
+#[backends]
+fn control_git_commit_in_linked_worktree(backend: &str) {
+    let fx = Fixture::new();
+    fx.init_repo();
+    let wt = fx.root.join("wt");
+    fx.git(&["worktree", "add", "-q", wt.to_str().unwrap()]);
+    let ran = fx.chitti(backend).workspace(&wt).sh(&format!(
+        "set -e; echo more >> README; git add README; {SANDBOX_GIT} commit -qm in-worktree; \
+         git status --short; git log --oneline | wc -l"
+    ));
+    expect_code(&ran, 0, "git in a linked worktree");
+    assert_eq!(
+        fx.git(&["log", "--format=%s", "wt"]),
+        "in-worktree\ninitial\n",
+        "{ran}"
+    );
+    assert!(
+        !ran.stderr_str().contains("tampered"),
+        "ordinary git use must not look like tampering\n{ran}"
+    );
+}
+
 #[backends]
 fn control_git_commit_in_protected_repo(backend: &str) {
     let fx = Fixture::new();

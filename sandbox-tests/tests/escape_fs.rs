@@ -946,6 +946,52 @@ fn escape_git_worktree_gitdir_swapped_for_symlink(backend: &str) {
     assert_eq!(file_state(&victim), before, "{second}");
 }
 
+/// A call in the main repository redirects a linked worktree's git directory (kept in
+/// the main repository's `.git/worktrees`): by a symlink to a directory of its own whose
+/// `commondir` leads to a copy of `.git` with `core.fsmonitor`, or by rewriting the
+/// worktree's `commondir` to a host directory. Neither may make git in the worktree run
+/// the payload, nor the next call there make the host directory writable.
+#[backends]
+fn escape_git_other_worktree_redirected_from_main_repository(backend: &str) {
+    let fx = Fixture::new();
+    let main = linked_worktree(&fx);
+    let pwned = fx.outside("pwned-other-worktree");
+    let target = fx.outside("target");
+    std::fs::create_dir(&target).unwrap();
+    let in_main = |script: &str| fx.chitti(backend).workspace(&main).sh(&probe(script));
+    let ran = in_main(&format!(
+        "cp -r .git evil-git; printf '[core]\\n\\tfsmonitor = touch {p}\\n' >> evil-git/config; \
+         mkdir evilwt; cp .git/worktrees/proj/* evilwt/; echo \"$PWD/evil-git\" > evilwt/commondir; \
+         cd .git/worktrees && mv proj proj.old && ln -s \"$OLDPWD/evilwt\" proj",
+        p = sh_quote(&pwned)
+    ));
+    ran.assert_probe_ran();
+    let _ = host_git(&fx.ws, &fx.home, &["status", "--short"]);
+    assert_absent(&pwned, "worktree git directory swapped for a symlink", &ran);
+
+    let ran = in_main(&format!(
+        "echo {t} > .git/worktrees/proj/commondir",
+        t = sh_quote(&target)
+    ));
+    ran.assert_probe_ran();
+    let escaped = target.join("escaped");
+    let next = fx
+        .chitti(backend)
+        .sh(&format!("echo pwned > {}", sh_quote(&escaped)));
+    assert_absent(
+        &escaped,
+        "worktree commondir rewritten, then written there",
+        &next,
+    );
+    assert!(
+        tree(&target).is_empty(),
+        "ESCAPE: chitti created {:?} in the host directory\n{ran}\n{next}",
+        tree(&target)
+    );
+    let _ = host_git(&fx.ws, &fx.home, &["status", "--short"]);
+    assert_absent(&pwned, "worktree commondir rewritten", &ran);
+}
+
 /// `config.worktree` is config too once `extensions.worktreeConfig` is on (`git
 /// sparse-checkout` turns it on): a `core.fsmonitor` planted there runs on the host.
 #[backends]

@@ -47,8 +47,15 @@ pub fn protection_for(root: &Path) -> Result<GitProtection, String> {
             )?,
             Err(_) => gitdir.clone(),
         };
-        for dir in [&gitdir, &common] {
-            if !dir.starts_with(root) && !out.writable.contains(dir) {
+        let outside: Vec<&PathBuf> = [&gitdir, &common]
+            .into_iter()
+            .filter(|dir| !dir.starts_with(root))
+            .collect();
+        if !outside.is_empty() {
+            check_points_back(&gitdir, &common, root)?;
+        }
+        for dir in outside {
+            if !out.writable.contains(dir) {
                 out.writable.push(dir.clone());
             }
         }
@@ -71,9 +78,19 @@ pub fn protection_for(root: &Path) -> Result<GitProtection, String> {
         }
         add_repo_dir(&common, &mut out);
     } else {
-        // A symlinked `.git` (or something stranger): pin it so it cannot be re-pointed.
-        out.pinned.push(dot_git);
+        // A symlinked `.git` (or something stranger): pin it so it cannot be re-pointed,
+        // and protect the repository it leads to as if it were here.
+        out.pinned.push(dot_git.clone());
+        if let Ok(target) = crate::canonical::canonicalize(&dot_git) {
+            if target.is_dir() {
+                out.pinned.push(target.clone());
+                add_repo_dir(&target, &mut out);
+            }
+        }
     }
+    // The same directory may be reached twice (a worktree's and the common directory's).
+    let mut seen = std::collections::HashSet::new();
+    out.pinned.retain(|p| seen.insert(p.clone()));
     Ok(out)
 }
 
@@ -94,6 +111,25 @@ fn add_repo_dir_at_depth(git_dir: &Path, out: &mut GitProtection, depth: usize) 
     if depth >= 3 {
         return;
     }
+    // Other linked worktrees' git directories: their `commondir` and `config.worktree`
+    // decide what git runs there, and `gitdir` which work tree they belong to.
+    let worktrees = git_dir.join("worktrees");
+    if std::fs::symlink_metadata(&worktrees).is_ok_and(|m| m.is_dir()) {
+        out.pinned.push(worktrees.clone());
+        for entry in std::fs::read_dir(&worktrees)
+            .into_iter()
+            .flatten()
+            .flatten()
+        {
+            if entry.file_type().is_ok_and(|t| t.is_dir()) {
+                let dir = entry.path();
+                for name in ["commondir", "config.worktree", "gitdir"] {
+                    out.read_only.push(dir.join(name));
+                }
+                out.pinned.push(dir);
+            }
+        }
+    }
     let modules = git_dir.join("modules");
     if std::fs::symlink_metadata(&modules).is_ok_and(|m| m.is_dir()) {
         out.pinned.push(modules.clone());
@@ -107,6 +143,78 @@ fn add_repo_dir_at_depth(git_dir: &Path, out: &mut GitProtection, depth: usize) 
             }
         }
     }
+}
+
+/// A worktree's git directory made writable must name this work tree back, as git keeps
+/// it: a linked worktree's `gitdir` file, a submodule's `core.worktree`. A `.git` file may
+/// have been written by the sandbox of another call, one whose workspace holds this one;
+/// without the check, pointing it at any directory would make that directory writable
+/// here. And a linked worktree's git directory lies in the common one's `worktrees`, so
+/// its `commondir` cannot lead anywhere else.
+fn check_points_back(gitdir: &Path, common: &Path, root: &Path) -> Result<(), String> {
+    let dot_git = root.join(".git");
+    let same = |written: &str, base: &Path, expected: &Path| {
+        crate::canonical::canonicalize(&absolutize(written.trim(), base))
+            .is_ok_and(|p| p == expected)
+    };
+    let refused = |why: String| {
+        Err(format!(
+            "{} points at {}, {why}; chitti will not make it writable",
+            dot_git.display(),
+            gitdir.display()
+        ))
+    };
+    if gitdir != common {
+        if gitdir.parent() != Some(&common.join("worktrees")) {
+            return refused(format!(
+                "whose `commondir` leads to {}, not to the repository holding it",
+                common.display()
+            ));
+        }
+        let back = std::fs::read_to_string(gitdir.join("gitdir")).unwrap_or_default();
+        if !same(&back, gitdir, &dot_git) {
+            return refused(format!(
+                "whose `gitdir` file does not name {} back (if the worktree was moved, run \
+                 `git worktree repair` in it)",
+                dot_git.display()
+            ));
+        }
+    } else {
+        let config = std::fs::read_to_string(gitdir.join("config")).unwrap_or_default();
+        if !core_worktree(&config).is_some_and(|w| same(w, gitdir, root)) {
+            return refused(format!(
+                "whose `core.worktree` does not name {} (for a git directory made with `git \
+                 init --separate-git-dir`, set it: `git config --file {}/config core.worktree \
+                 {}`)",
+                root.display(),
+                gitdir.display(),
+                root.display()
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// `core.worktree` in a git config file's text (the last one, as git reads it).
+fn core_worktree(config: &str) -> Option<&str> {
+    let mut in_core = false;
+    let mut found = None;
+    for line in config.lines().map(str::trim) {
+        if line.starts_with('[') {
+            in_core = line
+                .trim_end_matches(']')
+                .trim_start_matches('[')
+                .trim()
+                .eq_ignore_ascii_case("core");
+        } else if in_core {
+            if let Some((key, value)) = line.split_once('=') {
+                if key.trim().eq_ignore_ascii_case("worktree") {
+                    found = Some(value.trim().trim_matches('"'));
+                }
+            }
+        }
+    }
+    found
 }
 
 fn read_pointer(file: &Path, key: &str, base: &Path) -> Result<PathBuf, String> {
@@ -185,24 +293,15 @@ mod tests {
 
     #[test]
     fn linked_worktree_resolves_gitdir_and_common_dir() {
-        let main = tempfile::tempdir().unwrap();
-        let main = main.path().canonicalize().unwrap();
-        let wt_gitdir = main.join(".git/worktrees/wt");
-        std::fs::create_dir_all(&wt_gitdir).unwrap();
-        std::fs::write(wt_gitdir.join("commondir"), "../..\n").unwrap();
-        let wt = tempfile::tempdir().unwrap();
-        std::fs::write(
-            wt.path().join(".git"),
-            format!("gitdir: {}\n", wt_gitdir.display()),
-        )
-        .unwrap();
-        let p = protection_for(wt.path()).unwrap();
-        let common = main.join(".git");
-        assert!(p.read_only.contains(&wt.path().join(".git")));
+        let (_dir, common, wt) = linked_worktree();
+        let wt_gitdir = common.join("worktrees/wt");
+        let p = protection_for(&wt).unwrap();
+        assert!(p.read_only.contains(&wt.join(".git")));
         assert!(p.read_only.contains(&common.join("hooks")));
         assert!(p.read_only.contains(&common.join("config")));
         assert!(p.read_only.contains(&wt_gitdir.join("config.worktree")));
         assert!(p.read_only.contains(&wt_gitdir.join("commondir")));
+        assert!(p.read_only.contains(&wt_gitdir.join("gitdir")));
         assert!(p.writable.contains(&wt_gitdir));
         assert!(p.writable.contains(&common));
     }
@@ -219,6 +318,11 @@ mod tests {
         let wt = root.join("wt");
         std::fs::create_dir(&wt).unwrap();
         std::fs::write(wt.join(".git"), format!("gitdir: {}\n", gitdir.display())).unwrap();
+        std::fs::write(
+            gitdir.join("gitdir"),
+            format!("{}\n", wt.join(".git").display()),
+        )
+        .unwrap();
         (dir, common, wt)
     }
 
@@ -281,5 +385,82 @@ mod tests {
         let err = protection_for(&wt).unwrap_err();
         assert!(err.contains("does not exist"), "{err}");
         assert!(!err.contains("symbolic link"), "{err}");
+    }
+
+    #[test]
+    fn a_git_directory_that_does_not_name_the_worktree_back_is_refused() {
+        let (_dir, common, wt) = linked_worktree();
+        let gitdir = common.join("worktrees/wt");
+        std::fs::write(gitdir.join("gitdir"), "/somewhere/else/.git\n").unwrap();
+        let err = protection_for(&wt).unwrap_err();
+        assert!(
+            err.contains("does not name") && err.contains("git worktree repair"),
+            "{err}"
+        );
+        std::fs::remove_file(gitdir.join("gitdir")).unwrap();
+        assert!(protection_for(&wt).is_err());
+    }
+
+    #[test]
+    fn a_commondir_leading_out_of_the_repository_is_refused() {
+        let (_dir, common, wt) = linked_worktree();
+        let elsewhere = common.parent().unwrap().parent().unwrap().join("elsewhere");
+        std::fs::create_dir(&elsewhere).unwrap();
+        std::fs::write(
+            common.join("worktrees/wt/commondir"),
+            format!("{}\n", elsewhere.display()),
+        )
+        .unwrap();
+        let err = protection_for(&wt).unwrap_err();
+        assert!(err.contains("not to the repository holding it"), "{err}");
+    }
+
+    #[test]
+    fn a_separate_git_directory_must_name_its_work_tree() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().canonicalize().unwrap();
+        let store = root.join("store");
+        let wt = root.join("work");
+        std::fs::create_dir_all(store.join("hooks")).unwrap();
+        std::fs::create_dir(&wt).unwrap();
+        std::fs::write(wt.join(".git"), format!("gitdir: {}\n", store.display())).unwrap();
+        std::fs::write(store.join("config"), "[core]\n\tbare = false\n").unwrap();
+        let err = protection_for(&wt).unwrap_err();
+        assert!(err.contains("core.worktree"), "{err}");
+        // As git writes it for a submodule: relative to the git directory.
+        std::fs::write(
+            store.join("config"),
+            "[core]\n\tworktree = ../work\n[x]\nworktree = /\n",
+        )
+        .unwrap();
+        let p = protection_for(&wt).unwrap();
+        assert_eq!(p.writable, vec![store.clone()]);
+        assert!(p.read_only.contains(&store.join("hooks")));
+    }
+
+    #[test]
+    fn other_worktrees_of_a_repository_are_pinned_and_protected() {
+        let (_dir, common, _wt) = linked_worktree();
+        let main = common.parent().unwrap();
+        let p = protection_for(main).unwrap();
+        let gitdir = common.join("worktrees/wt");
+        assert!(p.pinned.contains(&common.join("worktrees")));
+        assert!(p.pinned.contains(&gitdir));
+        for name in ["commondir", "config.worktree", "gitdir"] {
+            assert!(p.read_only.contains(&gitdir.join(name)), "{name}");
+        }
+    }
+
+    #[test]
+    fn the_repository_a_dot_git_symlink_leads_to_is_protected() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().canonicalize().unwrap();
+        std::fs::create_dir_all(root.join("gitreal/hooks")).unwrap();
+        std::os::unix::fs::symlink("gitreal", root.join(".git")).unwrap();
+        let p = protection_for(&root).unwrap();
+        assert!(p.pinned.contains(&root.join(".git")));
+        assert!(p.pinned.contains(&root.join("gitreal")));
+        assert!(p.read_only.contains(&root.join("gitreal/config")));
+        assert!(p.read_only.contains(&root.join("gitreal/hooks")));
     }
 }

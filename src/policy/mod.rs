@@ -352,7 +352,9 @@ impl Policy {
                 for dir in protection.writable {
                     push_unique(&mut writable, dir);
                 }
-                pinned.extend(protection.pinned);
+                for path in protection.pinned {
+                    push_unique(&mut pinned, path);
+                }
                 for path in protection.read_only {
                     // A missing hooks directory is created empty by the backend; any other
                     // missing protected file (config, commondir) must stay missing.
@@ -376,6 +378,25 @@ impl Policy {
             }
         }
 
+        // A directory on the way to a protected path that lies inside a writable root (the
+        // workspace too, when another writable root holds it) can be moved or swapped for
+        // a symlink by the sandbox, taking the protected path with it: pin it as well.
+        let protected: Vec<PathBuf> = pinned
+            .iter()
+            .chain(&read_only)
+            .chain(&absent)
+            .cloned()
+            .collect();
+        for path in &protected {
+            for dir in path.ancestors().skip(1) {
+                if writable
+                    .iter()
+                    .any(|w| dir != w.as_path() && dir.starts_with(w))
+                {
+                    push_unique(&mut pinned, dir.to_path_buf());
+                }
+            }
+        }
         let network = overrides.network.unwrap_or(profile.network);
         let timeout = overrides
             .timeout

@@ -451,6 +451,21 @@ pub fn nested_repo_checks(policy: &Policy) -> Vec<Box<dyn AfterCall>> {
     }
 }
 
+/// A name part no other process can guess: repairs name their staging and quarantine
+/// files with it, so that the sandbox cannot take those names first and make a repair fail.
+pub fn unguessable() -> String {
+    use std::hash::{BuildHasher, Hasher};
+    // RandomState's keys come from the OS's random source, once per process.
+    let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
+    hasher.write_u128(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos())
+            .unwrap_or_default(),
+    );
+    format!("{:016x}", hasher.finish())
+}
+
 /// Creates the directory `path`, not through a symlink on the way (another call's sandbox
 /// may be changing the tree meanwhile).
 #[cfg(target_os = "linux")]

@@ -329,7 +329,7 @@ impl NestedRepoGuard {
                 }
                 let aside = repo
                     .git_dir
-                    .join(format!("{name}.chitti-quarantine-{}", std::process::id()));
+                    .join(format!("{name}.chitti-quarantine-{}", super::unguessable()));
                 match rename_nofollow(&path, &aside) {
                     Ok(()) => repairs.push(format!(
                         "{}: moved {} aside to {} ({why})",

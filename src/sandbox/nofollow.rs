@@ -242,7 +242,7 @@ impl<'a> Entry<'a> {
     fn stage(&self, bytes: &[u8], mode: u32) -> io::Result<OsString> {
         for attempt in 0..16u32 {
             let mut name = OsString::from(".chitti-restore-");
-            name.push(format!("{}-{attempt}-", std::process::id()));
+            name.push(format!("{}-{attempt}-", super::unguessable()));
             name.push(&self.name);
             let fd = match rustix::fs::openat(
                 &self.dir,

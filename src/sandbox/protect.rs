@@ -354,9 +354,11 @@ fn restore_pinned(
             return false;
         }
     }
-    // The kernel keeps the descriptor's path up to date across renames.
+    // The kernel keeps the descriptor's path up to date across renames. Whether it was
+    // deleted is asked of the inode, not read off the path (a name may end in " (deleted)").
+    let deleted = rustix::fs::fstat(fd).map_or(true, |st| st.st_nlink == 0);
     let current = match std::fs::read_link(format!("/proc/self/fd/{}", fd.as_raw_fd())) {
-        Ok(current) if !current.to_string_lossy().ends_with(" (deleted)") => current,
+        Ok(current) if !deleted => current,
         _ => {
             repairs.push(format!(
                 "{} was deleted by the sandboxed command",
@@ -394,7 +396,7 @@ fn restore_pinned(
 
 fn quarantine_name(path: &Path) -> PathBuf {
     let mut name = path.file_name().unwrap_or_default().to_os_string();
-    name.push(format!(".chitti-quarantine-{}", std::process::id()));
+    name.push(format!(".chitti-quarantine-{}", super::unguessable()));
     path.with_file_name(name)
 }
 

@@ -394,10 +394,13 @@ fn check_protected(policy: &Policy, user: &str, path: &Path) -> Result<(), Confi
              through execute_bash instead)"
         )));
     }
+    // A pinned directory that holds the workspace (a workspace inside another writable
+    // root) is pinned only against being moved; what is in it is the workspace's.
     if let Some(p) = policy
         .read_only
         .iter()
         .chain(&policy.pinned)
+        .filter(|p| !policy.workspace.starts_with(p))
         .find(|p| path.starts_with(p))
     {
         return Err(ConfineError::Protected(format!(
