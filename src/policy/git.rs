@@ -31,7 +31,7 @@ pub fn protection_for(root: &Path) -> Result<GitProtection, String> {
     let mut out = GitProtection::default();
     if meta.is_dir() {
         out.pinned.push(dot_git.clone());
-        add_repo_dir(&dot_git, &mut out);
+        add_repo_dir(&dot_git, &mut out)?;
     } else if meta.is_file() {
         // A linked worktree: `.git` is a file `gitdir: <path>`. Its git directory and the
         // common directory become writable, so both are found without following a symlink:
@@ -76,7 +76,7 @@ pub fn protection_for(root: &Path) -> Result<GitProtection, String> {
             out.read_only.push(gitdir.join("config"));
             out.read_only.push(gitdir.join("commondir"));
         }
-        add_repo_dir(&common, &mut out);
+        add_repo_dir(&common, &mut out)?;
     } else {
         // A symlinked `.git` (or something stranger): pin it so it cannot be re-pointed,
         // and protect the repository it leads to as if it were here.
@@ -84,7 +84,7 @@ pub fn protection_for(root: &Path) -> Result<GitProtection, String> {
         if let Ok(target) = crate::canonical::canonicalize(&dot_git) {
             if target.is_dir() {
                 out.pinned.push(target.clone());
-                add_repo_dir(&target, &mut out);
+                add_repo_dir(&target, &mut out)?;
             }
         }
     }
@@ -97,11 +97,45 @@ pub fn protection_for(root: &Path) -> Result<GitProtection, String> {
 /// What git reads from a git directory that can make it run code: hooks, config, and
 /// `commondir` (which would move both elsewhere). Submodules' git directories under
 /// `modules/` are protected the same way, a few levels deep.
-fn add_repo_dir(git_dir: &Path, out: &mut GitProtection) {
-    add_repo_dir_at_depth(git_dir, out, 0);
+fn add_repo_dir(git_dir: &Path, out: &mut GitProtection) -> Result<(), String> {
+    add_repo_dir_at_depth(git_dir, out, 0)
 }
 
-fn add_repo_dir_at_depth(git_dir: &Path, out: &mut GitProtection, depth: usize) {
+/// The subdirectories of `dir` (none if it does not exist); a symlink among them, or a
+/// directory that cannot be listed, is an error: git makes neither, and what is in them
+/// must be protected.
+fn subdirectories(dir: &Path) -> Result<Vec<PathBuf>, String> {
+    match std::fs::symlink_metadata(dir) {
+        Ok(meta) if meta.is_dir() => {}
+        _ => return Ok(Vec::new()),
+    }
+    let entries =
+        std::fs::read_dir(dir).map_err(|e| format!("cannot list {}: {e}", dir.display()))?;
+    let mut out = Vec::new();
+    for entry in entries {
+        let entry = entry.map_err(|e| format!("cannot list {}: {e}", dir.display()))?;
+        let kind = entry
+            .file_type()
+            .map_err(|e| format!("cannot stat {}: {e}", entry.path().display()))?;
+        if kind.is_symlink() {
+            return Err(format!(
+                "{} is a symbolic link where git keeps a repository's own files; chitti \
+                 cannot protect what it leads to (remove it, or run `git worktree repair`)",
+                entry.path().display()
+            ));
+        }
+        if kind.is_dir() {
+            out.push(entry.path());
+        }
+    }
+    Ok(out)
+}
+
+fn add_repo_dir_at_depth(
+    git_dir: &Path,
+    out: &mut GitProtection,
+    depth: usize,
+) -> Result<(), String> {
     out.read_only.push(git_dir.join("hooks"));
     out.read_only.push(git_dir.join("config"));
     // Read as config when `extensions.worktreeConfig` is on (`git sparse-checkout` turns
@@ -109,40 +143,29 @@ fn add_repo_dir_at_depth(git_dir: &Path, out: &mut GitProtection, depth: usize) 
     out.read_only.push(git_dir.join("config.worktree"));
     out.read_only.push(git_dir.join("commondir"));
     if depth >= 3 {
-        return;
+        return Ok(());
     }
     // Other linked worktrees' git directories: their `commondir` and `config.worktree`
     // decide what git runs there, and `gitdir` which work tree they belong to.
     let worktrees = git_dir.join("worktrees");
-    if std::fs::symlink_metadata(&worktrees).is_ok_and(|m| m.is_dir()) {
-        out.pinned.push(worktrees.clone());
-        for entry in std::fs::read_dir(&worktrees)
-            .into_iter()
-            .flatten()
-            .flatten()
-        {
-            if entry.file_type().is_ok_and(|t| t.is_dir()) {
-                let dir = entry.path();
-                for name in ["commondir", "config.worktree", "gitdir"] {
-                    out.read_only.push(dir.join(name));
-                }
-                out.pinned.push(dir);
-            }
+    for dir in subdirectories(&worktrees)? {
+        for name in ["commondir", "config.worktree", "gitdir"] {
+            out.read_only.push(dir.join(name));
         }
+        out.pinned.push(dir);
+    }
+    if worktrees.is_dir() {
+        out.pinned.push(worktrees);
     }
     let modules = git_dir.join("modules");
-    if std::fs::symlink_metadata(&modules).is_ok_and(|m| m.is_dir()) {
-        out.pinned.push(modules.clone());
+    for module in subdirectories(&modules)? {
+        out.pinned.push(module.clone());
+        add_repo_dir_at_depth(&module, out, depth + 1)?;
     }
-    if let Ok(entries) = std::fs::read_dir(&modules) {
-        for entry in entries.flatten() {
-            if entry.file_type().is_ok_and(|t| t.is_dir()) {
-                let module = entry.path();
-                out.pinned.push(module.clone());
-                add_repo_dir_at_depth(&module, out, depth + 1);
-            }
-        }
+    if modules.is_dir() {
+        out.pinned.push(modules);
     }
+    Ok(())
 }
 
 /// A worktree's git directory made writable must name this work tree back, as git keeps
@@ -462,5 +485,14 @@ mod tests {
         assert!(p.pinned.contains(&root.join("gitreal")));
         assert!(p.read_only.contains(&root.join("gitreal/config")));
         assert!(p.read_only.contains(&root.join("gitreal/hooks")));
+    }
+
+    #[test]
+    fn a_symlink_among_the_worktrees_is_refused() {
+        let (_dir, common, _wt) = linked_worktree();
+        let main = common.parent().unwrap();
+        std::os::unix::fs::symlink(main, common.join("worktrees/planted")).unwrap();
+        let err = protection_for(main).unwrap_err();
+        assert!(err.contains("symbolic link where git keeps"), "{err}");
     }
 }

@@ -26,6 +26,9 @@ enum Entry {
         path: PathBuf,
         dev: u64,
         ino: u64,
+        /// Its permission bits: a directory made unreadable would hide what is in it
+        /// from the next call's plan.
+        mode: u32,
         fd: OwnedFd,
     },
     File {
@@ -99,6 +102,7 @@ impl Snapshot {
                 path: path.clone(),
                 dev: found.dev,
                 ino: found.ino,
+                mode: found.mode,
                 fd,
             });
         }
@@ -163,12 +167,31 @@ impl Snapshot {
         let mut repairs = Vec::new();
         let mut lost: Vec<&Path> = Vec::new();
         for entry in &self.entries {
-            if let Entry::Pinned { path, dev, ino, fd } = entry {
+            if let Entry::Pinned {
+                path,
+                dev,
+                ino,
+                mode,
+                fd,
+            } = entry
+            {
                 if lost.iter().any(|l| path.starts_with(l)) {
                     continue;
                 }
                 if !restore_pinned(path, *dev, *ino, fd, &mut repairs) {
                     lost.push(path);
+                    continue;
+                }
+                let at = At::locate(path);
+                if let Ok(Some(found)) = at.as_ref().map(|at| at.stat()).unwrap_or(Ok(None)) {
+                    if found.mode != *mode && found.kind != rustix::fs::FileType::Symlink {
+                        repairs.push(match at.and_then(|at| at.set_mode(*mode)) {
+                            Ok(()) => format!("restored the mode of {}", path.display()),
+                            Err(e) => {
+                                format!("could not restore the mode of {}: {e}", path.display())
+                            }
+                        });
+                    }
                 }
             }
         }
@@ -329,6 +352,14 @@ fn restore_pinned(
     };
     match at.stat() {
         Ok(Some(found)) if found.dev == dev && found.ino == ino => return true,
+        // A symlink holds nothing worth keeping, and one left beside the repository's own
+        // directories would only be refused by the next call: it goes.
+        Ok(Some(found)) if found.kind == rustix::fs::FileType::Symlink && at.remove().is_ok() => {
+            repairs.push(format!(
+                "removed the symlink put in place of {}",
+                path.display()
+            ));
+        }
         Ok(Some(_)) => {
             let quarantine = quarantine_name(path);
             let name = quarantine.file_name().unwrap_or_default();
@@ -674,5 +705,21 @@ mod tests {
         assert!(err.contains("symbolic link"), "{err}");
         // A symlink may be pinned itself (a `.git` symlink): it stays that link.
         assert!(Snapshot::take(std::slice::from_ref(&wt), &[], &[]).is_ok());
+    }
+
+    #[test]
+    fn a_pinned_directory_gets_its_mode_back() {
+        let (_dir, root, wt) = worktree_and_victim();
+        let worktrees = root.join("common/worktrees");
+        let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o7777;
+        let before = mode(&worktrees);
+        let snap = Snapshot::take(&[worktrees.clone(), wt], &[], &[]).unwrap();
+        std::fs::set_permissions(&worktrees, std::fs::Permissions::from_mode(0o111)).unwrap();
+        let repairs = snap.restore();
+        assert_eq!(mode(&worktrees), before, "{repairs:?}");
+        assert!(
+            repairs.iter().any(|r| r.contains("restored the mode")),
+            "{repairs:?}"
+        );
     }
 }

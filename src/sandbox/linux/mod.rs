@@ -127,12 +127,14 @@ pub(crate) fn prepare_bwrap(
     // First the wait for the PID namespace to empty: bwrap exits before its init has
     // killed what the command left running, and a check made before that could be
     // undone by a process still alive.
+    // Then the planted files go, before the nested-repository check reads the repository
+    // (a planted `.git/commondir` would show it another repository's worktrees).
     let mut after: Vec<Box<dyn super::AfterCall>> =
         vec![Box::new(bwrap_init::ReapBwrapInit { status: fds.status })];
-    after.extend(super::nested_repo_checks(policy));
     if !absent.is_empty() {
         after.push(Box::new(absent));
     }
+    after.extend(super::nested_repo_checks(policy));
     Ok(Prepared {
         backend: Backend::Bwrap,
         launch: Launch::Command {
