@@ -205,14 +205,22 @@ impl NestedRepoGuard {
     fn discover(&self, problems: &mut Vec<String>) -> Option<Vec<Found>> {
         let mut seen = HashSet::new();
         let mut found = Vec::new();
-        let mut any_repo = false;
+        let mut tops = Vec::new();
         for root in &self.roots {
             let Some(top) = top_repository(root) else {
                 continue;
             };
-            any_repo = true;
             seen.insert(top.git_dir.clone());
             seen.insert(top.common_dir.clone());
+            tops.push((root, top));
+        }
+        // Gitlinks first: a git directory a gitlink leads to is judged as a gitlink's (moved
+        // aside when new), even when it also sits among the worktrees, where a new one would
+        // be the sandbox's own and left alone.
+        for (root, top) in &tops {
+            self.gitlinks_of(root, &top.git_dir, 0, &mut seen, &mut found, problems);
+        }
+        for (_, top) in &tops {
             if let Ok(entries) = std::fs::read_dir(top.common_dir.join("worktrees")) {
                 for entry in entries.flatten() {
                     let Ok(dir) = canonicalize(&entry.path()) else {
@@ -228,8 +236,8 @@ impl NestedRepoGuard {
                     }
                 }
             }
-            self.gitlinks_of(root, &top.git_dir, 0, &mut seen, &mut found, problems);
         }
+        let any_repo = !tops.is_empty();
         any_repo.then_some(found)
     }
 
@@ -526,6 +534,29 @@ mod tests {
         assert!(!repairs.is_empty());
         assert!(!ws.join("sub/.git/config").exists());
         assert!(!ws.join("sub/.git/hooks").exists());
+    }
+
+    /// A git directory made during the call among the worktrees, and a staged gitlink
+    /// whose `.git` file leads there: it is the gitlink's, and is moved aside.
+    #[test]
+    fn a_new_worktree_directory_a_gitlink_leads_to_is_moved_aside() {
+        let (_dir, ws) = workspace_repo();
+        let guard = NestedRepoGuard::before(std::slice::from_ref(&ws));
+        evil_repo(&ws.join("sub"));
+        let nw = ws.join(".git/worktrees/nw");
+        std::fs::create_dir_all(&nw).unwrap();
+        for name in ["config", "HEAD"] {
+            std::fs::copy(ws.join("sub/.git").join(name), nw.join(name)).unwrap();
+        }
+        git(&ws, &["add", "sub"]);
+        std::fs::remove_dir_all(ws.join("sub/.git")).unwrap();
+        std::fs::write(ws.join("sub/.git"), format!("gitdir: {}\n", nw.display())).unwrap();
+        let repairs = Box::new(guard).run();
+        assert!(!nw.join("config").exists(), "{repairs:?}");
+        assert!(
+            repairs.iter().any(|r| r.contains("nested repository")),
+            "{repairs:?}"
+        );
     }
 
     #[test]
