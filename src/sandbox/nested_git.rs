@@ -4,7 +4,7 @@
 //! a gitlink that is new, or whose repository's config or hooks changed during the call,
 //! has its config, commondir and hooks moved aside (and the move is reported).
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -173,6 +173,10 @@ pub struct NestedRepoGuard {
     /// Anything whose ctime is later than this changed during the call. (ctime cannot be
     /// set from user space; a little slack covers the kernel's coarse clock.)
     since: SystemTime,
+    /// The files that had changed within that slack already, before the call, with their
+    /// mode and contents then: for them the contents decide, or a worktree made just before
+    /// a call would count as changed by it.
+    recent: HashMap<PathBuf, (u32, Vec<u8>)>,
 }
 
 impl NestedRepoGuard {
@@ -185,9 +189,24 @@ impl NestedRepoGuard {
             before: HashSet::new(),
             any_repo: false,
             since: SystemTime::now() - Duration::from_millis(50),
+            recent: HashMap::new(),
         };
         if let Some(found) = guard.discover(&mut Vec::new()) {
             guard.any_repo = true;
+            for repo in &found {
+                let mut paths: Vec<PathBuf> = RISKY.iter().map(|r| repo.git_dir.join(r)).collect();
+                paths.extend(repo.dot_git.clone());
+                if let Ok(entries) = std::fs::read_dir(repo.git_dir.join("hooks")) {
+                    paths.extend(entries.flatten().map(|e| e.path()));
+                }
+                for path in paths {
+                    if guard.changed(&path) {
+                        if let Some(then) = small_file(&path) {
+                            guard.recent.insert(path, then);
+                        }
+                    }
+                }
+            }
             guard.before = found.into_iter().map(|f| f.git_dir).collect();
         }
         guard
@@ -304,7 +323,13 @@ impl NestedRepoGuard {
                 meta.ctime().max(0) as u64,
                 meta.ctime_nsec().clamp(0, 999_999_999) as u32,
             );
-        ctime >= self.since
+        if ctime < self.since {
+            return false;
+        }
+        match self.recent.get(path) {
+            Some(then) => small_file(path).as_ref() != Some(then),
+            None => true,
+        }
     }
 
     fn check(&self) -> Vec<String> {
@@ -401,6 +426,16 @@ fn plain_join(base: &Path, relative: &str) -> Option<PathBuf> {
         out.push(part);
     }
     Some(out)
+}
+
+/// The mode and contents of a regular file of at most 1 MiB.
+fn small_file(path: &Path) -> Option<(u32, Vec<u8>)> {
+    use std::os::unix::fs::PermissionsExt;
+    let meta = std::fs::symlink_metadata(path).ok()?;
+    if !meta.is_file() || meta.len() > 1024 * 1024 {
+        return None;
+    }
+    Some((meta.permissions().mode(), std::fs::read(path).ok()?))
 }
 
 fn hooks_changed(guard: &NestedRepoGuard, hooks: &Path) -> bool {
@@ -534,6 +569,32 @@ mod tests {
         assert!(!repairs.is_empty());
         assert!(!ws.join("sub/.git/config").exists());
         assert!(!ws.join("sub/.git/hooks").exists());
+    }
+
+    /// A worktree made just before the call (inside the clock's slack) is not counted as
+    /// changed by it, unless its files then change.
+    #[test]
+    fn a_worktree_made_just_before_the_call_is_left_alone_unless_changed() {
+        let (dir, ws) = workspace_repo();
+        let base = dir.path().canonicalize().unwrap();
+        for name in ["wt", "wt2"] {
+            let path = base.join(name);
+            git(&ws, &["worktree", "add", "-q", path.to_str().unwrap()]);
+        }
+        // Rewritten as it is: changed now, within the slack, however long git took.
+        let commondir = ws.join(".git/worktrees/wt/commondir");
+        std::fs::write(&commondir, std::fs::read(&commondir).unwrap()).unwrap();
+        let guard = NestedRepoGuard::before(std::slice::from_ref(&ws));
+        std::fs::write(ws.join(".git/worktrees/wt2/commondir"), "../../../x/.git\n").unwrap();
+        let repairs = Box::new(guard).run();
+        assert!(
+            ws.join(".git/worktrees/wt/commondir").exists(),
+            "{repairs:?}"
+        );
+        assert!(
+            !ws.join(".git/worktrees/wt2/commondir").exists(),
+            "{repairs:?}"
+        );
     }
 
     /// A git directory made during the call among the worktrees, and a staged gitlink
