@@ -79,10 +79,12 @@ pub fn protection_for(root: &Path) -> Result<GitProtection, String> {
         add_repo_dir(&common, &mut out)?;
     } else {
         // A symlinked `.git` (or something stranger): pin it so it cannot be re-pointed,
-        // and protect the repository it leads to as if it were here.
+        // and protect the repository it leads to as if it were here, when that lies in this
+        // writable root. (Elsewhere it is read-only to the sandbox already, and pinning it
+        // would bind it writable on bwrap.)
         out.pinned.push(dot_git.clone());
         if let Ok(target) = crate::canonical::canonicalize(&dot_git) {
-            if target.is_dir() {
+            if target.is_dir() && target.starts_with(root) {
                 out.pinned.push(target.clone());
                 add_repo_dir(&target, &mut out)?;
             }
@@ -494,5 +496,18 @@ mod tests {
         std::os::unix::fs::symlink(main, common.join("worktrees/planted")).unwrap();
         let err = protection_for(main).unwrap_err();
         assert!(err.contains("symbolic link where git keeps"), "{err}");
+    }
+
+    #[test]
+    fn a_dot_git_symlink_leading_out_of_the_root_pins_nothing_there() {
+        let dir = tempfile::tempdir().unwrap();
+        let base = dir.path().canonicalize().unwrap();
+        let (root, elsewhere) = (base.join("ws"), base.join("elsewhere.git"));
+        std::fs::create_dir_all(elsewhere.join("hooks")).unwrap();
+        std::fs::create_dir(&root).unwrap();
+        std::os::unix::fs::symlink(&elsewhere, root.join(".git")).unwrap();
+        let p = protection_for(&root).unwrap();
+        assert_eq!(p.pinned, vec![root.join(".git")]);
+        assert!(p.writable.is_empty());
     }
 }

@@ -88,8 +88,11 @@ pub fn args_with(
     }
     // A bind mount cannot be renamed or removed (EBUSY), so `.git` stays where it is
     // and a replacement `.git/hooks` cannot be slipped in.
+    // Only inside a writable root: a bind is writable, and what lies outside them is
+    // read-only (and so cannot be moved) already.
     for pinned in &policy.pinned {
-        if kind(pinned) == PathKind::Dir {
+        let inside = policy.writable.iter().any(|root| pinned.starts_with(root));
+        if inside && kind(pinned) == PathKind::Dir {
             a.pair("--bind", pinned, pinned);
         }
     }
@@ -221,5 +224,14 @@ mod tests {
         let mut p = policy(false);
         p.private_tmp = false;
         assert!(render(&p).contains("--tmpfs /tmp --remount-ro /tmp"));
+    }
+
+    #[test]
+    fn a_pinned_directory_outside_the_writable_roots_is_not_bound() {
+        let mut p = policy(false);
+        p.pinned.push("/elsewhere/.git".into());
+        let out = render(&p);
+        assert!(!out.contains("/elsewhere"), "{out}");
+        assert!(out.contains("--bind /w/.git /w/.git"), "{out}");
     }
 }
