@@ -992,6 +992,42 @@ fn escape_git_other_worktree_redirected_from_main_repository(backend: &str) {
     assert_absent(&pwned, "worktree commondir rewritten", &ran);
 }
 
+/// A `.git` symlink to a repository outside the writable roots: protecting it must not
+/// make it writable (bwrap binds pinned directories writable).
+#[backends]
+fn escape_write_through_dot_git_symlink_to_outside_repository(backend: &str) {
+    let fx = Fixture::new();
+    let repo = fx.outside("repo.git");
+    std::fs::create_dir_all(repo.join("objects")).unwrap();
+    assert!(
+        host_git(&fx.outside, &fx.home, &["init", "-q", "--bare", "repo.git"])
+            .status
+            .success()
+    );
+    std::os::unix::fs::symlink(&repo, fx.ws(".git")).unwrap();
+    let ran = fx.chitti(backend).sh(&probe(&format!(
+        "echo pwned > .git/objects/pwned; echo pwned > {r}/pwned",
+        r = sh_quote(&repo)
+    )));
+    if backend == "bwrap" {
+        // bwrap cannot pin a symlink in place: the call is refused, saying why.
+        assert_eq!(ran.code, Some(125), "{ran}");
+        assert!(ran.stderr_str().contains("is a symbolic link"), "{ran}");
+    } else {
+        ran.assert_probe_ran();
+    }
+    assert_absent(
+        &repo.join("objects/pwned"),
+        "write through a .git symlink",
+        &ran,
+    );
+    assert_absent(
+        &repo.join("pwned"),
+        "write into the repository .git leads to",
+        &ran,
+    );
+}
+
 /// `config.worktree` is config too once `extensions.worktreeConfig` is on (`git
 /// sparse-checkout` turns it on): a `core.fsmonitor` planted there runs on the host.
 #[backends]

@@ -101,6 +101,20 @@ pub(crate) fn prepare_bwrap(
             resolved.display()
         )));
     }
+    // A bind mount pins a directory, but a symlink cannot be bound in place (bwrap binds
+    // what it points to), so a pinned one could be re-pointed during the call.
+    if let Some(link) = policy
+        .pinned
+        .iter()
+        .find(|p| std::fs::symlink_metadata(p).is_ok_and(|m| m.file_type().is_symlink()))
+    {
+        return Err(SandboxError::Unavailable(format!(
+            "{} is a symbolic link: the bwrap backend cannot keep it from being re-pointed \
+             during the call. Use `--backend landlock` (which puts it back afterwards), or \
+             replace the link with the directory it points to",
+            link.display()
+        )));
+    }
     // Only once the command is known to exist: a call that cannot run changes nothing.
     super::create_missing_hooks(policy)?;
 
