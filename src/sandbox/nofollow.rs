@@ -318,12 +318,7 @@ impl<'a> Entry<'a> {
 
     /// Sets the permission bits of the file or directory here; a symlink is refused.
     pub fn set_mode(&self, mode: u32) -> io::Result<()> {
-        let fd = rustix::fs::openat(
-            &self.dir,
-            &self.name,
-            OFlags::PATH | OFlags::NOFOLLOW | OFlags::CLOEXEC,
-            Mode::empty(),
-        )?;
+        let fd = self.open_path()?;
         if FileType::from_raw_mode(rustix::fs::fstat(&fd)?.st_mode) == FileType::Symlink {
             return Err(io::Error::from_raw_os_error(libc::ELOOP));
         }
@@ -359,7 +354,6 @@ impl Locator {
     pub fn locate(&mut self, path: &Path) -> io::Result<Entry<'_>> {
         let (parent, name) = split(path)?;
         if !matches!(&self.last, Some((kept, _)) if kept == parent) {
-            self.last = None;
             self.last = Some((parent.to_path_buf(), open_dir_path(parent)?));
         }
         let (_, dir) = self.last.as_ref().expect("set above");

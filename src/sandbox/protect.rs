@@ -178,20 +178,8 @@ impl Snapshot {
                 if lost.iter().any(|l| path.starts_with(l)) {
                     continue;
                 }
-                if !restore_pinned(path, *dev, *ino, fd, &mut repairs) {
+                if !restore_pinned(path, *dev, *ino, *mode, fd, &mut repairs) {
                     lost.push(path);
-                    continue;
-                }
-                let at = At::locate(path);
-                if let Ok(Some(found)) = at.as_ref().map(|at| at.stat()).unwrap_or(Ok(None)) {
-                    if found.mode != *mode && found.kind != rustix::fs::FileType::Symlink {
-                        repairs.push(match at.and_then(|at| at.set_mode(*mode)) {
-                            Ok(()) => format!("restored the mode of {}", path.display()),
-                            Err(e) => {
-                                format!("could not restore the mode of {}: {e}", path.display())
-                            }
-                        });
-                    }
                 }
             }
         }
@@ -248,23 +236,7 @@ impl Snapshot {
                 }
                 Entry::Absent { path } => {
                     if matches!(at.stat(), Ok(Some(_))) {
-                        let quarantine = quarantine_name(path);
-                        let name = quarantine.file_name().unwrap_or_default();
-                        if at.rename_within(name).is_ok() {
-                            repairs.push(format!(
-                                "moved the planted {} to {}",
-                                path.display(),
-                                quarantine.display()
-                            ));
-                        } else {
-                            repairs.push(match at.remove() {
-                                Ok(()) => format!("removed the planted {}", path.display()),
-                                Err(e) => format!(
-                                    "could not remove the planted {}: {e}; do not run git there",
-                                    path.display()
-                                ),
-                            });
-                        }
+                        move_aside(&at, path, "planted", &mut repairs);
                     }
                 }
             }
@@ -331,11 +303,41 @@ fn walk(
     Ok(())
 }
 
-/// Returns false when the pinned path could not be put back (deleted, or out of reach).
+/// Moves what is at `at` (`path`, the `what` one) aside to a quarantine name beside it, or
+/// removes it where it cannot be moved; says which. False when neither worked.
+fn move_aside(at: &At, path: &Path, what: &str, repairs: &mut Vec<String>) -> bool {
+    let quarantine = quarantine_name(path);
+    let name = quarantine.file_name().unwrap_or_default();
+    if at.rename_within(name).is_ok() {
+        repairs.push(format!(
+            "moved the {what} {} to {}",
+            path.display(),
+            quarantine.display()
+        ));
+        return true;
+    }
+    match at.remove() {
+        Ok(()) => {
+            repairs.push(format!("removed the {what} {}", path.display()));
+            true
+        }
+        Err(e) => {
+            repairs.push(format!(
+                "could not move the {what} {} aside or remove it: {e}; do not run git there",
+                path.display()
+            ));
+            false
+        }
+    }
+}
+
+/// Puts the pinned directory (or file) back where it was, with its mode. Returns false when
+/// it could not be put back (deleted, or out of reach).
 fn restore_pinned(
     path: &Path,
     dev: u64,
     ino: u64,
+    mode: u32,
     fd: &OwnedFd,
     repairs: &mut Vec<String>,
 ) -> bool {
@@ -351,7 +353,10 @@ fn restore_pinned(
         }
     };
     match at.stat() {
-        Ok(Some(found)) if found.dev == dev && found.ino == ino => return true,
+        Ok(Some(found)) if found.dev == dev && found.ino == ino => {
+            restore_mode(&at, path, found, mode, repairs);
+            return true;
+        }
         // A symlink holds nothing worth keeping, and one left beside the repository's own
         // directories would only be refused by the next call: it goes.
         Ok(Some(found)) if found.kind == rustix::fs::FileType::Symlink && at.remove().is_ok() => {
@@ -361,21 +366,7 @@ fn restore_pinned(
             ));
         }
         Ok(Some(_)) => {
-            let quarantine = quarantine_name(path);
-            let name = quarantine.file_name().unwrap_or_default();
-            if at.rename_within(name).is_ok() {
-                repairs.push(format!(
-                    "moved the replacement {} to {}",
-                    path.display(),
-                    quarantine.display()
-                ));
-            } else if at.remove().is_ok() {
-                repairs.push(format!("removed the replacement {}", path.display()));
-            } else {
-                repairs.push(format!(
-                    "could not move the replacement {} aside; do not run git there",
-                    path.display()
-                ));
+            if !move_aside(&at, path, "replacement", repairs) {
                 return false;
             }
         }
@@ -401,17 +392,20 @@ fn restore_pinned(
     let moved_back = At::locate(&current).and_then(|from| {
         // The path the kernel reports is where the directory is now: check that it is.
         match from.stat()? {
-            Some(found) if found.dev == dev && found.ino == ino => from.rename_to(&at),
+            Some(found) if found.dev == dev && found.ino == ino => {
+                from.rename_to(&at).map(|()| found)
+            }
             _ => Err(std::io::Error::other("it is no longer there")),
         }
     });
     match moved_back {
-        Ok(()) => {
+        Ok(found) => {
             repairs.push(format!(
                 "moved {} back to {}",
                 current.display(),
                 path.display()
             ));
+            restore_mode(&at, path, found, mode, repairs);
             true
         }
         Err(e) => {
@@ -423,6 +417,24 @@ fn restore_pinned(
             false
         }
     }
+}
+
+/// Gives a pinned directory its mode back: one made unreadable would hide what is in it
+/// from the next call's plan.
+fn restore_mode(
+    at: &At,
+    path: &Path,
+    found: nofollow::Found,
+    mode: u32,
+    repairs: &mut Vec<String>,
+) {
+    if found.mode == mode || found.kind == rustix::fs::FileType::Symlink {
+        return;
+    }
+    repairs.push(match at.set_mode(mode) {
+        Ok(()) => format!("restored the mode of {}", path.display()),
+        Err(e) => format!("could not restore the mode of {}: {e}", path.display()),
+    });
 }
 
 fn quarantine_name(path: &Path) -> PathBuf {
