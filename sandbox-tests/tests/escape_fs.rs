@@ -7,6 +7,7 @@
 //! they were, the decoy secret is not in the captured output.
 
 use std::path::Path;
+use std::time::Duration;
 
 use sandbox_tests::*;
 
@@ -1043,6 +1044,60 @@ fn escape_git_config_worktree_runs_on_host(backend: &str) {
     ran.assert_probe_ran();
     let _ = fx.git(&["status", "--short"]);
     assert_absent(&pwned, "core.fsmonitor in .git/config.worktree", &ran);
+}
+
+/// Two calls at once in one repository. The first plants a `core.fsmonitor` in `.git/config`
+/// and in `.git/config.worktree` and waits until the second has started; the second waits
+/// until the first has ended (and put its paths back), then plants `config.worktree` again.
+/// A second call that took its own record before its command ran would have recorded the
+/// first call's plants as the state to keep (landlock), or `config.worktree` as a file that
+/// existed already and is not its to remove (both backends).
+#[backends]
+fn escape_git_config_kept_by_a_second_call_running_at_once(backend: &str) {
+    let fx = Fixture::new();
+    fx.init_repo();
+    fx.git(&["config", "extensions.worktreeConfig", "true"]);
+    let pwned = fx.outside("pwned-two-calls");
+    let plant = format!(
+        "printf '[core]\\n\\tfsmonitor = touch {p}\\n' >> .git/config.worktree",
+        p = sh_quote(&pwned)
+    );
+    let wait_for = |name: &str| {
+        format!("for i in $(seq 1200); do [ -e {name} ] && break; sleep 0.05; done; [ -e {name} ]")
+    };
+    let first = fx.chitti(backend).spawn(&[
+        "sh",
+        "-c",
+        &probe(&format!(
+            "{plant}; printf '[core]\\n\\tfsmonitor = touch {p}\\n' >> .git/config; \
+             touch first-planted; {wait}",
+            p = sh_quote(&pwned),
+            wait = wait_for("second-started"),
+        )),
+    ]);
+    assert!(
+        wait_until(Duration::from_secs(60), || exists(&fx.ws("first-planted"))),
+        "the first call never planted"
+    );
+    let second = fx.chitti(backend).spawn(&[
+        "sh",
+        "-c",
+        &probe(&format!(
+            "touch second-started; {wait}; {plant}",
+            wait = wait_for("first-ended"),
+        )),
+    ]);
+    let first = first.wait();
+    first.assert_probe_ran();
+    write(&fx.ws("first-ended"), "");
+    let second = second.wait();
+    second.assert_probe_ran();
+    let _ = fx.git(&["status", "--short"]);
+    assert_absent(
+        &pwned,
+        "a core.fsmonitor kept by a second call running at once",
+        &second,
+    );
 }
 
 /// From a linked worktree, the main repository's `config.worktree` (in the common git

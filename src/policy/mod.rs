@@ -262,6 +262,9 @@ pub struct Policy {
     pub env: Vec<(OsString, OsString)>,
     pub limits: Limits,
     pub timeout: Duration,
+    /// chitti's state directory: calls running at once share there what their protected
+    /// paths held before them (`sandbox::shared_baseline`).
+    pub state_dir: PathBuf,
 }
 
 impl Policy {
@@ -414,6 +417,7 @@ impl Policy {
             env: env::filter(caller_env, &profile.env_allow),
             limits: profile.limits,
             timeout,
+            state_dir: dirs.state.clone(),
         };
         Ok((policy, search))
     }

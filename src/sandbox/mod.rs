@@ -19,6 +19,8 @@ pub mod nofollow;
 pub mod protect;
 pub mod rlimits;
 pub mod seatbelt;
+#[cfg(target_os = "linux")]
+pub mod shared_baseline;
 
 use std::ffi::OsString;
 use std::os::fd::OwnedFd;

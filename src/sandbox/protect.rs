@@ -16,53 +16,39 @@ use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
 
 use super::nofollow::{self, Entry as At, Locator};
+use super::shared_baseline::{self, Before, TreeItem};
 
 /// More than this in protected files is refused rather than half-guarded.
 const MAX_SNAPSHOT_BYTES: u64 = 16 * 1024 * 1024;
 
 #[derive(Debug)]
-enum Entry {
-    Pinned {
-        path: PathBuf,
-        dev: u64,
-        ino: u64,
-        /// Its permission bits: a directory made unreadable would hide what is in it
-        /// from the next call's plan.
-        mode: u32,
-        fd: OwnedFd,
-    },
-    File {
-        path: PathBuf,
-        bytes: Vec<u8>,
-        mode: u32,
-    },
-    Dir {
-        path: PathBuf,
-        mode: u32,
-        /// Relative path → (contents or None for a directory, mode).
-        tree: Vec<(PathBuf, Option<Vec<u8>>, u32)>,
-    },
-    /// Must not exist after the call.
-    Absent { path: PathBuf },
+struct Entry {
+    path: PathBuf,
+    before: Before,
+    /// A pinned directory, held open across the call: a renamed one is found again
+    /// through it.
+    pinned: Option<OwnedFd>,
 }
 
 #[derive(Debug, Default)]
 pub struct Snapshot {
     entries: Vec<Entry>,
+    /// The shared record this snapshot belongs to (see [`shared_baseline`]).
+    member: Option<shared_baseline::Member>,
+    /// Said with the repairs: what the shared record could not cover.
+    notes: Vec<String>,
 }
 
 impl crate::sandbox::AfterCall for Snapshot {
-    fn run(self: Box<Self>) -> Vec<String> {
+    fn run(mut self: Box<Self>) -> Vec<String> {
         self.restore()
     }
 
     fn fds(&self) -> Vec<std::os::fd::RawFd> {
         self.entries
             .iter()
-            .filter_map(|e| match e {
-                Entry::Pinned { fd, .. } => Some(fd.as_raw_fd()),
-                _ => None,
-            })
+            .filter_map(|e| e.pinned.as_ref().map(|fd| fd.as_raw_fd()))
+            .chain(self.member.as_ref().map(|m| m.fd()))
             .collect()
     }
 }
@@ -79,13 +65,46 @@ fn unreachable_path(path: &Path, e: std::io::Error) -> String {
 }
 
 impl Snapshot {
+    /// Records the protected paths as they are now, for this call alone.
     pub fn take(
         pinned: &[PathBuf],
         read_only: &[PathBuf],
         absent: &[PathBuf],
     ) -> Result<Snapshot, String> {
+        Self::record(None, pinned, &[read_only, absent].concat(), &[])
+    }
+
+    /// Records the protected paths, adopting what the calls running now recorded of them
+    /// (kept under `state_dir`, see [`shared_baseline`]). `guarded` are paths this call
+    /// keeps unchanged by other means (bwrap's read-only mounts): a running call's record
+    /// of one is adopted, to be put back after this call too, but none is taken.
+    pub fn take_shared(
+        state_dir: &Path,
+        pinned: &[PathBuf],
+        protected: &[PathBuf],
+        guarded: &[PathBuf],
+    ) -> Result<Snapshot, String> {
+        if pinned.is_empty() && protected.is_empty() && guarded.is_empty() {
+            return Ok(Snapshot::default());
+        }
+        let mut joining = shared_baseline::join(state_dir)?;
+        let mut snapshot = Self::record(Some(&mut joining), pinned, protected, guarded)?;
+        snapshot.member = Some(joining.finish()?);
+        Ok(snapshot)
+    }
+
+    /// `protected`: files and directories to put back as they are now, or to remove if
+    /// they do not exist now (the policy's read-only and absent paths alike: one that
+    /// changed between the plan and now is kept as it is now).
+    fn record(
+        mut shared: Option<&mut shared_baseline::Joining>,
+        pinned: &[PathBuf],
+        protected: &[PathBuf],
+        guarded: &[PathBuf],
+    ) -> Result<Snapshot, String> {
         let mut budget = MAX_SNAPSHOT_BYTES;
-        let mut entries = Vec::new();
+        let mut snapshot = Snapshot::default();
+        let left_over = shared.as_ref().is_some_and(|s| s.left_over());
         let mut pinned: Vec<&PathBuf> = pinned.iter().collect();
         // Outer directories first: restoring one makes the paths inside it valid again.
         pinned.sort_by_key(|p| p.components().count());
@@ -98,83 +117,105 @@ impl Snapshot {
             let fd = at
                 .open_path()
                 .map_err(|e| format!("cannot open {}: {e}", path.display()))?;
-            entries.push(Entry::Pinned {
-                path: path.clone(),
+            let now = Before::Pinned {
                 dev: found.dev,
                 ino: found.ino,
                 mode: found.mode,
-                fd,
+            };
+            let before = match shared.as_deref().and_then(|s| s.recorded(path)) {
+                Some(Before::Pinned { dev, ino, mode })
+                    if (*dev, *ino) == (found.dev, found.ino) =>
+                {
+                    Before::Pinned {
+                        dev: *dev,
+                        ino: *ino,
+                        mode: *mode,
+                    }
+                }
+                Some(_) if left_over => {
+                    snapshot.notes.push(format!(
+                        "{} was replaced during a call that ended without its repairs; \
+                         chitti cannot put the original back",
+                        path.display()
+                    ));
+                    now
+                }
+                Some(_) => {
+                    return Err(format!(
+                        "{} was replaced by the command of a call still running in this \
+                         repository; that call puts it back when it ends. Run this call \
+                         again then",
+                        path.display()
+                    ))
+                }
+                None => {
+                    if let Some(s) = shared.as_deref_mut() {
+                        s.record(path, now.clone());
+                    }
+                    now
+                }
+            };
+            snapshot.entries.push(Entry {
+                path: path.clone(),
+                before,
+                pinned: Some(fd),
             });
         }
         let mut locator = Locator::default();
-        for path in read_only {
-            let at = match locator.locate(path) {
-                Ok(at) => at,
-                Err(e) if e.raw_os_error() == Some(libc::ENOENT) => continue,
-                Err(e) => return Err(unreachable_path(path, e)),
+        for path in protected {
+            let before = match shared.as_deref().and_then(|s| s.recorded(path)) {
+                Some(before) => before.clone(),
+                None => {
+                    let now = record_protected(&mut locator, path, &mut budget)?;
+                    if let Some(s) = shared.as_deref_mut() {
+                        s.record(path, now.clone());
+                    }
+                    now
+                }
             };
-            let found = match at.stat() {
-                Ok(Some(found)) => found,
-                Ok(None) => continue,
-                Err(e) => return Err(format!("cannot stat {}: {e}", path.display())),
-            };
-            if found.is_dir() {
-                let mut tree = Vec::new();
-                let dir = at
-                    .open_dir()
-                    .map_err(|e| format!("cannot list {}: {e}", path.display()))?;
-                walk(&dir, path, Path::new(""), &mut tree, &mut budget)?;
-                entries.push(Entry::Dir {
-                    path: path.clone(),
-                    mode: found.mode,
-                    tree,
-                });
-            } else if found.is_file() {
-                let bytes = read_capped(&at, path, &mut budget)?;
-                entries.push(Entry::File {
-                    path: path.clone(),
-                    bytes,
-                    mode: found.mode,
-                });
-            } else {
-                return Err(format!(
-                    "protected path {} is not a plain file or directory (a symbolic link?): \
-                     chitti cannot keep what it points at unchanged; replace it with the \
-                     file or directory itself",
-                    path.display()
-                ));
+            snapshot.push(path, before);
+        }
+        for path in guarded {
+            if let Some(before) = shared.as_deref().and_then(|s| s.recorded(path)) {
+                snapshot.push(path, before.clone());
             }
         }
-        for path in absent {
-            let missing = match locator.locate(path) {
-                Ok(at) => at.stat().map(|f| f.is_none()).unwrap_or(false),
-                Err(e) => e.raw_os_error() == Some(libc::ENOENT),
-            };
-            if missing {
-                entries.push(Entry::Absent { path: path.clone() });
-            }
-        }
-        Ok(Snapshot { entries })
+        Ok(snapshot)
+    }
+
+    fn push(&mut self, path: &Path, before: Before) {
+        self.entries.push(Entry {
+            path: path.to_path_buf(),
+            before,
+            pinned: None,
+        });
     }
 
     pub fn is_empty(&self) -> bool {
         self.entries.is_empty()
     }
 
-    /// Puts back every protected path; returns one line per repair. Call only when no
-    /// sandboxed process is left.
-    pub fn restore(&self) -> Vec<String> {
+    /// Puts back every protected path; returns one line per repair (and per note). Call
+    /// only when no sandboxed process is left. The first call also leaves the shared record.
+    pub fn restore(&mut self) -> Vec<String> {
+        let mut lines = std::mem::take(&mut self.notes);
+        match self.member.take() {
+            Some(member) => {
+                let (repairs, trouble) = member.leave(|| self.put_back());
+                lines.extend(repairs);
+                lines.extend(trouble);
+            }
+            None => lines.extend(self.put_back()),
+        }
+        lines
+    }
+
+    fn put_back(&self) -> Vec<String> {
         let mut repairs = Vec::new();
         let mut lost: Vec<&Path> = Vec::new();
         for entry in &self.entries {
-            if let Entry::Pinned {
-                path,
-                dev,
-                ino,
-                mode,
-                fd,
-            } = entry
-            {
+            if let (Before::Pinned { dev, ino, mode }, Some(fd)) = (&entry.before, &entry.pinned) {
+                let path = &entry.path;
                 if lost.iter().any(|l| path.starts_with(l)) {
                     continue;
                 }
@@ -187,19 +228,19 @@ impl Snapshot {
         // one, so parent directories may be kept open between entries.
         let mut locator = Locator::default();
         for entry in &self.entries {
+            let path = &entry.path;
+            if matches!(entry.before, Before::Pinned { .. }) {
+                continue;
+            }
             // Inside a deleted repository there is nothing to restore into, and planting
             // a lone hooks/ or config would only make a broken repository.
-            let path = match entry {
-                Entry::Pinned { .. } => continue,
-                Entry::File { path, .. } | Entry::Dir { path, .. } | Entry::Absent { path } => path,
-            };
             if lost.iter().any(|d| path.starts_with(d)) {
                 continue;
             }
             let at = match locator.locate(path) {
                 Ok(at) => at,
                 Err(e) if e.raw_os_error() == Some(libc::ENOENT) => {
-                    if matches!(entry, Entry::Absent { .. }) {
+                    if entry.before == Before::Absent {
                         continue;
                     }
                     repairs.push(format!(
@@ -217,9 +258,9 @@ impl Snapshot {
                     continue;
                 }
             };
-            match entry {
-                Entry::Pinned { .. } => {}
-                Entry::File { path, bytes, mode } => {
+            match &entry.before {
+                Before::Pinned { .. } => {}
+                Before::File { bytes, mode } => {
                     if !file_matches(&at, bytes, *mode) {
                         repairs.push(match at.replace_file(bytes, *mode) {
                             Ok(()) => format!("restored {}", path.display()),
@@ -227,14 +268,14 @@ impl Snapshot {
                         });
                     }
                 }
-                Entry::Dir { path, mode, tree } => {
+                Before::Dir { mode, tree } => {
                     let mut failures = Vec::new();
                     if restore_dir(&at, path, *mode, tree, &mut failures) {
                         repairs.push(format!("restored {}", path.display()));
                     }
                     repairs.extend(failures);
                 }
-                Entry::Absent { path } => {
+                Before::Absent => {
                     if matches!(at.stat(), Ok(Some(_))) {
                         move_aside(&at, path, "planted", &mut repairs);
                     }
@@ -242,6 +283,47 @@ impl Snapshot {
             }
         }
         repairs
+    }
+}
+
+/// What a protected file or directory holds now: `Absent` when it does not exist.
+fn record_protected(
+    locator: &mut Locator,
+    path: &Path,
+    budget: &mut u64,
+) -> Result<Before, String> {
+    let at = match locator.locate(path) {
+        Ok(at) => at,
+        Err(e) if e.raw_os_error() == Some(libc::ENOENT) => return Ok(Before::Absent),
+        Err(e) => return Err(unreachable_path(path, e)),
+    };
+    let found = match at.stat() {
+        Ok(Some(found)) => found,
+        Ok(None) => return Ok(Before::Absent),
+        Err(e) => return Err(format!("cannot stat {}: {e}", path.display())),
+    };
+    if found.is_dir() {
+        let mut tree = Vec::new();
+        let dir = at
+            .open_dir()
+            .map_err(|e| format!("cannot list {}: {e}", path.display()))?;
+        walk(&dir, path, Path::new(""), &mut tree, budget)?;
+        Ok(Before::Dir {
+            mode: found.mode,
+            tree,
+        })
+    } else if found.is_file() {
+        Ok(Before::File {
+            bytes: read_capped(&at, path, budget)?,
+            mode: found.mode,
+        })
+    } else {
+        Err(format!(
+            "protected path {} is not a plain file or directory (a symbolic link?): \
+             chitti cannot keep what it points at unchanged; replace it with the \
+             file or directory itself",
+            path.display()
+        ))
     }
 }
 
@@ -267,7 +349,7 @@ fn walk(
     dir: &OwnedFd,
     root: &Path,
     rel: &Path,
-    out: &mut Vec<(PathBuf, Option<Vec<u8>>, u32)>,
+    out: &mut Vec<TreeItem>,
     budget: &mut u64,
 ) -> Result<(), String> {
     let here = root.join(rel);
@@ -285,17 +367,21 @@ fn walk(
             continue;
         };
         if found.is_dir() {
-            out.push((rel_child.clone(), None, found.mode));
+            out.push(TreeItem {
+                rel: rel_child.clone(),
+                contents: None,
+                mode: found.mode,
+            });
             let sub = at
                 .open_dir()
                 .map_err(|e| format!("cannot list {}: {e}", full.display()))?;
             walk(&sub, root, &rel_child, out, budget)?;
         } else if found.is_file() {
-            out.push((
-                rel_child,
-                Some(read_capped(&at, &full, budget)?),
-                found.mode,
-            ));
+            out.push(TreeItem {
+                rel: rel_child,
+                contents: Some(read_capped(&at, &full, budget)?),
+                mode: found.mode,
+            });
         }
         // Symlinks and special files in a hooks directory are not restored; they are
         // removed if the sandbox created them, and left alone if they were there before.
@@ -453,7 +539,7 @@ fn restore_dir(
     at: &At,
     path: &Path,
     mode: u32,
-    tree: &[(PathBuf, Option<Vec<u8>>, u32)],
+    tree: &[TreeItem],
     failures: &mut Vec<String>,
 ) -> bool {
     let mut changed = false;
@@ -488,14 +574,19 @@ fn restore_dir(
     let mut now = Vec::new();
     walk_any(&dir, Path::new(""), &mut now);
     for rel in now.iter().rev() {
-        if !tree.iter().any(|(r, _, _)| r == rel) {
+        if !tree.iter().any(|item| item.rel == *rel) {
             if let Err(e) = At::beneath(dir.as_fd(), rel).and_then(|x| x.remove()) {
                 fail(&path.join(rel), e);
             }
             changed = true;
         }
     }
-    for (rel, contents, m) in tree {
+    for TreeItem {
+        rel,
+        contents,
+        mode: m,
+    } in tree
+    {
         let full = path.join(rel);
         let entry = match At::beneath(dir.as_fd(), rel) {
             Ok(entry) => entry,
@@ -564,7 +655,7 @@ mod tests {
         std::fs::write(git.join("hooks/pre-commit.sample"), "sample").unwrap();
         std::fs::write(git.join("config"), "[core]\n").unwrap();
         std::fs::write(git.join("HEAD"), "ref: refs/heads/main\n").unwrap();
-        let snap = Snapshot::take(
+        let mut snap = Snapshot::take(
             std::slice::from_ref(&git),
             &[git.join("hooks"), git.join("config")],
             &[git.join("commondir")],
@@ -606,7 +697,7 @@ mod tests {
         std::fs::set_permissions(git.join("config"), std::fs::Permissions::from_mode(0o640))
             .unwrap();
         std::fs::write(git.join("hooks/pre-push"), "#!/bin/sh\n").unwrap();
-        let snap = Snapshot::take(&[], &[git.join("config"), git.join("hooks")], &[]).unwrap();
+        let mut snap = Snapshot::take(&[], &[git.join("config"), git.join("hooks")], &[]).unwrap();
 
         std::fs::remove_file(git.join("config")).unwrap();
         std::fs::create_dir_all(git.join("config/inner")).unwrap();
@@ -668,7 +759,7 @@ mod tests {
     #[test]
     fn a_git_dir_swapped_for_a_symlink_is_put_back_without_writing_through_it() {
         let (_dir, root, wt) = worktree_and_victim();
-        let snap = Snapshot::take(
+        let mut snap = Snapshot::take(
             &[root.join("common/worktrees"), wt.clone()],
             &[wt.join("commondir")],
             &[wt.join("config"), wt.join("config.worktree")],
@@ -696,7 +787,7 @@ mod tests {
     #[test]
     fn nothing_is_repaired_through_a_symlinked_directory_that_was_not_pinned() {
         let (_dir, root, wt) = worktree_and_victim();
-        let snap = Snapshot::take(&[], &[wt.join("commondir")], &[wt.join("config")]).unwrap();
+        let mut snap = Snapshot::take(&[], &[wt.join("commondir")], &[wt.join("config")]).unwrap();
         std::fs::rename(&wt, root.join("common/worktrees/away")).unwrap();
         std::os::unix::fs::symlink(root.join("victim"), &wt).unwrap();
         let repairs = snap.restore();
@@ -725,7 +816,7 @@ mod tests {
         let worktrees = root.join("common/worktrees");
         let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o7777;
         let before = mode(&worktrees);
-        let snap = Snapshot::take(&[worktrees.clone(), wt], &[], &[]).unwrap();
+        let mut snap = Snapshot::take(&[worktrees.clone(), wt], &[], &[]).unwrap();
         std::fs::set_permissions(&worktrees, std::fs::Permissions::from_mode(0o111)).unwrap();
         let repairs = snap.restore();
         assert_eq!(mode(&worktrees), before, "{repairs:?}");
@@ -733,5 +824,98 @@ mod tests {
             repairs.iter().any(|r| r.contains("restored the mode")),
             "{repairs:?}"
         );
+    }
+
+    /// Two calls at once: the second's record is the first's, taken before any command ran.
+    #[test]
+    fn a_call_started_while_another_runs_puts_back_what_was_there_before_both() {
+        let state = tempfile::tempdir().unwrap();
+        let ws = tempfile::tempdir().unwrap();
+        let git = ws.path().join(".git");
+        std::fs::create_dir_all(git.join("hooks")).unwrap();
+        std::fs::write(git.join("config"), "[core]\n").unwrap();
+        let protected = [
+            git.join("config"),
+            git.join("hooks"),
+            git.join("config.worktree"),
+        ];
+        let pinned = [git.clone()];
+        let mut first = Snapshot::take_shared(state.path(), &pinned, &protected, &[]).unwrap();
+        // The first command plants; then the second call starts.
+        std::fs::write(git.join("config"), "[core]\nfsmonitor = evil\n").unwrap();
+        std::fs::write(git.join("hooks/post-checkout"), "evil").unwrap();
+        std::fs::write(git.join("config.worktree"), "[core]\nfsmonitor = evil\n").unwrap();
+        let mut second = Snapshot::take_shared(state.path(), &pinned, &protected, &[]).unwrap();
+        assert!(!first.restore().is_empty());
+        // The second command plants the absent file again.
+        std::fs::write(git.join("config.worktree"), "[core]\nfsmonitor = evil\n").unwrap();
+        let repairs = second.restore();
+        assert_eq!(
+            std::fs::read_to_string(git.join("config")).unwrap(),
+            "[core]\n",
+            "{repairs:?}"
+        );
+        assert!(!git.join("hooks/post-checkout").exists(), "{repairs:?}");
+        assert!(!git.join("config.worktree").exists(), "{repairs:?}");
+        assert!(
+            !state.path().join("protect/before").exists(),
+            "the last call removes the shared record"
+        );
+        // Alone again, a call records what is there now.
+        std::fs::write(git.join("config"), "[core]\n\tbare = false\n").unwrap();
+        let mut third = Snapshot::take_shared(state.path(), &pinned, &protected, &[]).unwrap();
+        assert!(third.restore().is_empty());
+    }
+
+    #[test]
+    fn a_pinned_directory_replaced_by_a_running_call_refuses_the_next_call() {
+        let state = tempfile::tempdir().unwrap();
+        let ws = tempfile::tempdir().unwrap();
+        let git = ws.path().join(".git");
+        std::fs::create_dir_all(git.join("hooks")).unwrap();
+        let pinned = [git.clone()];
+        let mut first = Snapshot::take_shared(state.path(), &pinned, &[], &[]).unwrap();
+        std::fs::rename(&git, ws.path().join("moved")).unwrap();
+        std::fs::create_dir(&git).unwrap();
+        let err = Snapshot::take_shared(state.path(), &pinned, &[], &[]).unwrap_err();
+        assert!(
+            err.contains("was replaced by the command of a call still running"),
+            "{err}"
+        );
+        assert!(err.contains("Run this call again then"), "{err}");
+        first.restore();
+        assert!(
+            !ws.path().join("moved").exists(),
+            "the first call put it back"
+        );
+        assert!(Snapshot::take_shared(state.path(), &pinned, &[], &[]).is_ok());
+    }
+
+    /// bwrap keeps its read-only paths with mounts: it takes no record of them, but puts
+    /// back what a call running at once recorded (here: a file that did not exist).
+    #[test]
+    fn guarded_paths_adopt_a_running_calls_record_and_record_nothing_themselves() {
+        let state = tempfile::tempdir().unwrap();
+        let ws = tempfile::tempdir().unwrap();
+        let planted = ws.path().join("config.worktree");
+        let config = ws.path().join("config");
+        std::fs::write(&config, "[core]\n").unwrap();
+        let mut first =
+            Snapshot::take_shared(state.path(), &[], std::slice::from_ref(&planted), &[]).unwrap();
+        std::fs::write(&planted, "evil").unwrap();
+        // The bwrap call plans the planted file as read-only: it exists now.
+        let mut second =
+            Snapshot::take_shared(state.path(), &[], &[], &[planted.clone(), config.clone()])
+                .unwrap();
+        let third = shared_baseline::join(state.path()).unwrap();
+        assert!(
+            third.recorded(&config).is_none(),
+            "a guarded path is not recorded for others"
+        );
+        drop(third);
+        first.restore();
+        std::fs::write(&planted, "evil again").unwrap();
+        let repairs = second.restore();
+        assert!(!planted.exists(), "{repairs:?}");
     }
 }

@@ -147,6 +147,7 @@ mod tests {
                 max_memory_mb: None,
             },
             timeout: Duration::from_secs(10),
+            state_dir: PathBuf::from("/home/u/.local/state/chitti"),
         }
     }
 

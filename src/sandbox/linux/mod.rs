@@ -136,8 +136,11 @@ pub(crate) fn prepare_bwrap(
     };
     bwrap_init::adopt_orphans();
     // Mounts cannot protect a file that does not exist yet: check after the call.
+    // Read-only mounts keep the rest unchanged, but a call running at once may have
+    // recorded one of them as absent before its command planted it.
     let absent =
-        protect::Snapshot::take(&[], &[], &policy.absent).map_err(SandboxError::Unavailable)?;
+        protect::Snapshot::take_shared(&policy.state_dir, &[], &policy.absent, &policy.read_only)
+            .map_err(SandboxError::Unavailable)?;
     // First the wait for the PID namespace to empty: bwrap exits before its init has
     // killed what the command left running, and a check made before that could be
     // undone by a process still alive.
@@ -322,8 +325,10 @@ fn prepare_supervised(
         // Only once the command is known to exist: a call that cannot run changes nothing
         // (the private TMPDIR above goes when `tmp` is dropped).
         super::create_missing_hooks(policy)?;
-        let snapshot = protect::Snapshot::take(&policy.pinned, &policy.read_only, &policy.absent)
-            .map_err(SandboxError::Unavailable)?;
+        let protected = [&policy.read_only[..], &policy.absent[..]].concat();
+        let snapshot =
+            protect::Snapshot::take_shared(&policy.state_dir, &policy.pinned, &protected, &[])
+                .map_err(SandboxError::Unavailable)?;
         after.push(Box::new(snapshot));
         after.extend(super::nested_repo_checks(policy));
     }
