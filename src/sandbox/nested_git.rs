@@ -12,34 +12,106 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use super::AfterCall;
 use crate::canonical::canonicalize;
 
-/// Larger indexes are not parsed (the check is reported as skipped).
-const MAX_INDEX_BYTES: u64 = 64 * 1024 * 1024;
-
 /// What one git index file says about nested repositories.
 #[derive(Debug, Default, PartialEq, Eq)]
 struct IndexGitlinks {
-    /// The gitlink paths (mode 160000).
-    paths: Vec<String>,
+    /// The gitlink paths (mode 160000), as git stores them: bytes, `/`-separated.
+    paths: Vec<Vec<u8>>,
     /// The `sharedindex.<id>` file a split index keeps its other entries in.
     shared_index: Option<String>,
 }
 
-/// The gitlinks of a git index, versions 2 to 4.
-fn parse_index(index: &[u8]) -> Result<IndexGitlinks, String> {
+/// Reads an index front to back. Streamed, not read whole: an index of any size is
+/// checked (one the sandbox padded past a size limit must not skip the check).
+struct IndexReader<R> {
+    input: std::io::BufReader<R>,
+    /// Bytes consumed so far.
+    pos: u64,
+}
+
+impl<R: std::io::Read + std::io::Seek> IndexReader<R> {
+    fn new(input: R) -> Self {
+        IndexReader {
+            input: std::io::BufReader::with_capacity(64 * 1024, input),
+            pos: 0,
+        }
+    }
+
+    fn rewind_to(&mut self, pos: u64) -> Option<()> {
+        use std::io::Seek;
+        self.input.seek(std::io::SeekFrom::Start(pos)).ok()?;
+        self.pos = pos;
+        Some(())
+    }
+
+    fn bytes<const N: usize>(&mut self) -> Option<[u8; N]> {
+        use std::io::Read;
+        let mut buf = [0; N];
+        self.input.read_exact(&mut buf).ok()?;
+        self.pos += N as u64;
+        Some(buf)
+    }
+
+    fn u32(&mut self) -> Option<u32> {
+        self.bytes::<4>().map(u32::from_be_bytes)
+    }
+
+    fn skip(&mut self, n: u64) -> Option<()> {
+        use std::io::Seek;
+        self.input.seek_relative(i64::try_from(n).ok()?).ok()?;
+        self.pos = self.pos.checked_add(n)?;
+        // Seeking past the end succeeds: the caller compares `pos` with the length.
+        let _ = self.input.stream_position();
+        Some(())
+    }
+
+    fn vec(&mut self, n: usize) -> Option<Vec<u8>> {
+        use std::io::Read;
+        let mut buf = Vec::new();
+        (&mut self.input)
+            .take(n as u64)
+            .read_to_end(&mut buf)
+            .ok()?;
+        (buf.len() == n).then_some(())?;
+        self.pos += n as u64;
+        Some(buf)
+    }
+
+    /// Up to and including a NUL; the NUL is not returned.
+    fn until_nul(&mut self) -> Option<Vec<u8>> {
+        use std::io::BufRead;
+        let mut buf = Vec::new();
+        self.input.read_until(0, &mut buf).ok()?;
+        self.pos += buf.len() as u64;
+        (buf.pop() == Some(0)).then_some(buf)
+    }
+}
+
+/// The gitlinks of a git index, versions 2 to 4; `len` is the index's size.
+fn parse_index<R: std::io::Read + std::io::Seek>(
+    input: R,
+    len: u64,
+) -> Result<IndexGitlinks, String> {
     let bad = |what: &str| Err(format!("unreadable git index: {what}"));
-    if index.len() < 12 || &index[..4] != b"DIRC" {
+    let mut index = IndexReader::new(input);
+    let (Some(magic), Some(version), Some(count)) = (index.bytes::<4>(), index.u32(), index.u32())
+    else {
+        return bad("no DIRC header");
+    };
+    if &magic != b"DIRC" {
         return bad("no DIRC header");
     }
-    let version = u32::from_be_bytes(index[4..8].try_into().unwrap());
-    let count = u32::from_be_bytes(index[8..12].try_into().unwrap()) as usize;
     if !(2..=4).contains(&version) {
         return bad("unknown version");
     }
     // SHA-1 repositories use 20-byte ids; SHA-256 ones 32. The index does not say which,
     // so try SHA-1 first and fall back when the entries do not line up.
     for id_len in [20usize, 32] {
-        if let Some((paths, end)) = parse_entries(index, version, count, id_len) {
-            if let Some(shared_index) = shared_index_of(index, end, id_len) {
+        if index.rewind_to(12).is_none() {
+            break;
+        }
+        if let Some(paths) = parse_entries(&mut index, version, count, id_len) {
+            if let Some(shared_index) = shared_index_of(&mut index, len, id_len) {
                 return Ok(IndexGitlinks {
                     paths,
                     shared_index,
@@ -50,89 +122,85 @@ fn parse_index(index: &[u8]) -> Result<IndexGitlinks, String> {
     bad("entries do not parse")
 }
 
-/// The gitlink paths, and where the entries end.
-fn parse_entries(
-    index: &[u8],
+/// The gitlink paths; leaves `index` where the entries end.
+fn parse_entries<R: std::io::Read + std::io::Seek>(
+    index: &mut IndexReader<R>,
     version: u32,
-    count: usize,
+    count: u32,
     id_len: usize,
-) -> Option<(Vec<String>, usize)> {
-    let mut pos = 12;
+) -> Option<Vec<Vec<u8>>> {
     let mut prev: Vec<u8> = Vec::new();
     let mut out = Vec::new();
     for _ in 0..count {
-        let start = pos;
-        let fixed = 40 + id_len + 2; // stat fields, object id, flags
-        let mode = u32::from_be_bytes(index.get(start + 24..start + 28)?.try_into().ok()?);
-        let flags = u16::from_be_bytes(
-            index
-                .get(start + 40 + id_len..start + fixed)?
-                .try_into()
-                .ok()?,
-        );
-        pos = start + fixed;
+        let start = index.pos;
+        index.skip(24)?; // ctime, mtime, dev, ino
+        let mode = index.u32()?;
+        index.skip(12 + id_len as u64)?; // uid, gid, size, object id
+        let flags = u16::from_be_bytes(index.bytes::<2>()?);
         if version >= 3 && flags & 0x4000 != 0 {
-            pos += 2; // extended flags
+            index.skip(2)?; // extended flags
         }
         let path = if version == 4 {
             // Prefix compression: strip N bytes from the previous path, then a suffix.
-            let (strip, used) = varint(index.get(pos..)?)?;
-            pos += used;
-            let end = pos + index.get(pos..)?.iter().position(|b| *b == 0)?;
-            let keep = prev.len().checked_sub(strip as usize)?;
+            let strip = varint(index)?;
+            let keep = prev.len().checked_sub(usize::try_from(strip).ok()?)?;
             let mut p = prev[..keep].to_vec();
-            p.extend_from_slice(&index[pos..end]);
-            pos = end + 1;
+            p.extend_from_slice(&index.until_nul()?);
             p
         } else {
-            let end = pos + index.get(pos..)?.iter().position(|b| *b == 0)?;
-            let p = index[pos..end].to_vec();
-            // Entries are padded with NULs to a multiple of 8 bytes.
-            let len = end - start;
-            pos = start + (len + 8) / 8 * 8;
+            let p = index.until_nul()?;
+            // Entries are padded with NULs to a multiple of 8 bytes (the NUL read counts).
+            let len = index.pos - start;
+            index.skip(len.next_multiple_of(8) - len)?;
             p
         };
         if mode >> 12 == 0o16 {
-            out.push(String::from_utf8(path.clone()).ok()?);
+            out.push(path.clone());
         }
         prev = path;
     }
-    Some((out, pos))
+    Some(out)
 }
 
 /// Walks the extensions after the entries (up to the trailing checksum) for a split
 /// index's `link`. `None` when they do not line up with this id length.
-fn shared_index_of(index: &[u8], mut pos: usize, id_len: usize) -> Option<Option<String>> {
-    let end = index.len().checked_sub(id_len)?;
+fn shared_index_of<R: std::io::Read + std::io::Seek>(
+    index: &mut IndexReader<R>,
+    len: u64,
+    id_len: usize,
+) -> Option<Option<String>> {
+    let end = len.checked_sub(id_len as u64)?;
     let mut shared = None;
-    while pos < end {
-        let header = index.get(pos..pos + 8)?;
-        let size = u32::from_be_bytes(header[4..8].try_into().ok()?) as usize;
-        let data = index.get(pos + 8..(pos + 8).checked_add(size)?)?;
-        if &header[..4] == b"link" {
+    while index.pos < end {
+        let name = index.bytes::<4>()?;
+        let size = index.u32()?;
+        if index.pos.checked_add(size as u64)? > end {
+            return None;
+        }
+        if &name == b"link" {
+            let data = index.vec(size as usize)?;
             let id = data.get(..id_len)?;
             // An all-zero id means "no shared index".
             if id.iter().any(|b| *b != 0) {
                 let hex: String = id.iter().map(|b| format!("{b:02x}")).collect();
                 shared = Some(format!("sharedindex.{hex}"));
             }
+        } else {
+            index.skip(size as u64)?;
         }
-        pos += 8 + size;
     }
-    (pos == end).then_some(shared)
+    (index.pos == end).then_some(shared)
 }
 
 /// Git's offset varint (used by index v4).
-fn varint(buf: &[u8]) -> Option<(u64, usize)> {
-    let mut i = 0;
-    let mut c = *buf.first()?;
+fn varint<R: std::io::Read + std::io::Seek>(index: &mut IndexReader<R>) -> Option<u64> {
+    let [mut c] = index.bytes::<1>()?;
     let mut val = (c & 0x7f) as u64;
     while c & 0x80 != 0 {
-        i += 1;
-        c = *buf.get(i)?;
-        val = ((val + 1) << 7) | (c & 0x7f) as u64;
+        [c] = index.bytes::<1>()?;
+        val = val.checked_add(1)?.checked_shl(7)? | (c & 0x7f) as u64;
     }
-    Some((val, i + 1))
+    Some(val)
 }
 
 /// Nested repositories inside nested repositories are followed this deep.
@@ -417,13 +485,14 @@ fn top_repository(root: &Path) -> Option<TopRepository> {
 }
 
 /// `base/relative` when every component of `relative` is a plain name other than `.git`.
-fn plain_join(base: &Path, relative: &str) -> Option<PathBuf> {
+fn plain_join(base: &Path, relative: &[u8]) -> Option<PathBuf> {
+    use std::os::unix::ffi::OsStrExt;
     let mut out = base.to_path_buf();
-    for part in relative.split('/') {
-        if part.is_empty() || part == "." || part == ".." || part.eq_ignore_ascii_case(".git") {
+    for part in relative.split(|b| *b == b'/') {
+        if part.is_empty() || part == b"." || part == b".." || part.eq_ignore_ascii_case(b".git") {
             return None;
         }
-        out.push(part);
+        out.push(std::ffi::OsStr::from_bytes(part));
     }
     Some(out)
 }
@@ -446,7 +515,7 @@ fn hooks_changed(guard: &NestedRepoGuard, hooks: &Path) -> bool {
 
 /// The gitlinks of a repository's index, including those a split index keeps in its
 /// shared index.
-fn read_gitlinks(git_dir: &Path) -> Result<Vec<String>, String> {
+fn read_gitlinks(git_dir: &Path) -> Result<Vec<Vec<u8>>, String> {
     let index = git_dir.join("index");
     let Some(parsed) = read_index(&index)? else {
         return Ok(Vec::new());
@@ -467,15 +536,16 @@ fn read_gitlinks(git_dir: &Path) -> Result<Vec<String>, String> {
 }
 
 fn read_index(index: &Path) -> Result<Option<IndexGitlinks>, String> {
-    let meta = match std::fs::metadata(index) {
-        Ok(m) => m,
-        Err(_) => return Ok(None),
+    let file = match std::fs::File::open(index) {
+        Ok(file) => file,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(format!("{}: {e}", index.display())),
     };
-    if meta.len() > MAX_INDEX_BYTES {
-        return Err(format!("{} is larger than 64 MiB", index.display()));
-    }
-    let bytes = std::fs::read(index).map_err(|e| format!("{}: {e}", index.display()))?;
-    parse_index(&bytes)
+    let len = file
+        .metadata()
+        .map_err(|e| format!("{}: {e}", index.display()))?
+        .len();
+    parse_index(file, len)
         .map(Some)
         .map_err(|e| format!("{}: {e}", index.display()))
 }
@@ -546,7 +616,7 @@ mod tests {
         for version in ["2", "3", "4"] {
             git(&ws, &["update-index", "--index-version", version]);
             let links = read_gitlinks(&ws.join(".git")).unwrap();
-            assert_eq!(links, vec!["a/b".to_string()], "index v{version}");
+            assert_eq!(links, vec![b"a/b".to_vec()], "index v{version}");
         }
     }
 
@@ -650,6 +720,13 @@ mod tests {
     /// A version-2 index holding one gitlink entry per path, written byte by byte (git
     /// refuses to stage some of these paths itself).
     fn forged_index(paths: &[&str]) -> Vec<u8> {
+        let paths: Vec<&[u8]> = paths.iter().map(|p| p.as_bytes()).collect();
+        forged_index_padded(&paths, 0)
+    }
+
+    /// [`forged_index`], with `pad` bytes of an optional extension (one git ignores)
+    /// after the entries.
+    fn forged_index_padded(paths: &[&[u8]], pad: u32) -> Vec<u8> {
         let mut out = b"DIRC".to_vec();
         out.extend_from_slice(&2u32.to_be_bytes());
         out.extend_from_slice(&(paths.len() as u32).to_be_bytes());
@@ -660,12 +737,38 @@ mod tests {
             out.extend_from_slice(&[0; 12]);
             out.extend_from_slice(&[0x11; 20]);
             out.extend_from_slice(&(path.len() as u16).to_be_bytes());
-            out.extend_from_slice(path.as_bytes());
+            out.extend_from_slice(path);
             let len = out.len() - start;
             out.resize(start + (len + 8) / 8 * 8, 0);
         }
+        if pad > 0 {
+            out.extend_from_slice(b"ZPAD");
+            out.extend_from_slice(&pad.to_be_bytes());
+            out.resize(out.len() + pad as usize, 0);
+        }
         out.extend_from_slice(&[0; 20]);
         out
+    }
+
+    /// Neither size nor a name that is not UTF-8 makes the check skip an index: the
+    /// sandbox could pad one, or name a gitlink so, to keep its repository unchecked.
+    #[test]
+    fn an_index_of_any_size_and_gitlinks_of_any_name_are_checked() {
+        use std::os::unix::ffi::OsStrExt;
+        let (_dir, ws) = workspace_repo();
+        let guard = NestedRepoGuard::before(std::slice::from_ref(&ws));
+        let odd = std::ffi::OsStr::from_bytes(b"sub\xff");
+        evil_repo(&ws.join(odd));
+        evil_repo(&ws.join("plain"));
+        let index = forged_index_padded(&[b"plain", b"sub\xff"], 65 * 1024 * 1024);
+        std::fs::write(ws.join(".git/index"), index).unwrap();
+        let repairs = Box::new(guard).run();
+        assert!(!ws.join("plain/.git/config").exists(), "{repairs:?}");
+        assert!(!ws.join(odd).join(".git/config").exists(), "{repairs:?}");
+        assert!(
+            repairs.iter().all(|r| !r.contains("not checked")),
+            "{repairs:?}"
+        );
     }
 
     fn workspace_repo() -> (tempfile::TempDir, PathBuf) {
