@@ -57,11 +57,9 @@ impl<R: std::io::Read + std::io::Seek> IndexReader<R> {
     }
 
     fn skip(&mut self, n: u64) -> Option<()> {
-        use std::io::Seek;
         self.input.seek_relative(i64::try_from(n).ok()?).ok()?;
-        self.pos = self.pos.checked_add(n)?;
         // Seeking past the end succeeds: the caller compares `pos` with the length.
-        let _ = self.input.stream_position();
+        self.pos = self.pos.checked_add(n)?;
         Some(())
     }
 

@@ -857,9 +857,10 @@ mod tests {
         );
         assert!(!git.join("hooks/post-checkout").exists(), "{repairs:?}");
         assert!(!git.join("config.worktree").exists(), "{repairs:?}");
-        assert!(
-            !state.path().join("protect/before").exists(),
-            "the last call removes the shared record"
+        assert_eq!(
+            std::fs::read(state.path().join("protect/record")).unwrap()[0],
+            b'C',
+            "the last call clears the shared record"
         );
         // Alone again, a call records what is there now.
         std::fs::write(git.join("config"), "[core]\n\tbare = false\n").unwrap();
