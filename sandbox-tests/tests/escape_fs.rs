@@ -1100,6 +1100,43 @@ fn escape_git_config_kept_by_a_second_call_running_at_once(backend: &str) {
     );
 }
 
+/// Every descriptor the command inherits beyond 0-2 is written to: none may lead to a host
+/// file, such as the record of protected paths chitti keeps open across a call in a
+/// repository (`~/.local/state/chitti/protect/record`).
+#[backends]
+fn escape_write_through_an_inherited_descriptor(backend: &str) {
+    let fx = Fixture::new();
+    fx.init_repo();
+    let ran = fx.chitti(backend).sh(&probe(&format!(
+        "{py} -c 'import os\n\
+         for name in os.listdir(\"/proc/self/fd\"):\n\
+         \tfd = int(name)\n\
+         \tif fd > 2:\n\
+         \t\ttry: os.pwrite(fd, b\"PWNED\", 0)\n\
+         \t\texcept OSError: pass\n\
+         \t\ttry: os.write(fd, b\"PWNED\")\n\
+         \t\texcept OSError: pass\n'",
+        py = PYTHON
+    )));
+    ran.assert_probe_ran();
+    let record = fx.home(".local/state/chitti/protect/record");
+    let bytes = std::fs::read(&record).unwrap_or_else(|e| {
+        panic!(
+            "a call in a repository keeps its record at {}: {e}\n{ran}",
+            record.display()
+        )
+    });
+    assert_eq!(
+        bytes.first(),
+        Some(&b'C'),
+        "ESCAPE (write through an inherited descriptor): the record is not cleared\n{ran}"
+    );
+    assert!(
+        !bytes.windows(5).any(|w| w == b"PWNED"),
+        "ESCAPE (write through an inherited descriptor): the record was written\n{ran}"
+    );
+}
+
 /// From a linked worktree, the main repository's `config.worktree` (in the common git
 /// directory the sandbox may write) is the one `git` in the main worktree reads.
 #[backends]
