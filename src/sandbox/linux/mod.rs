@@ -136,11 +136,12 @@ pub(crate) fn prepare_bwrap(
     };
     bwrap_init::adopt_orphans();
     // Mounts cannot protect a file that does not exist yet: check after the call.
-    // Read-only mounts keep the rest unchanged, but a call running at once may have
-    // recorded one of them as absent before its command planted it.
-    let absent =
-        protect::Snapshot::take_shared(&policy.state_dir, &[], &policy.absent, &policy.read_only)
-            .map_err(SandboxError::Unavailable)?;
+    // Mounts keep the rest unchanged, but a call running at once may have recorded one of
+    // them as absent before its command planted it, or pinned a directory its command
+    // then replaced.
+    let guarded = [&policy.read_only[..], &policy.pinned[..]].concat();
+    let absent = protect::Snapshot::take_shared(&policy.state_dir, &[], &policy.absent, &guarded)
+        .map_err(SandboxError::Unavailable)?;
     // First the wait for the PID namespace to empty: bwrap exits before its init has
     // killed what the command left running, and a check made before that could be
     // undone by a process still alive.
