@@ -76,8 +76,9 @@ impl Snapshot {
 
     /// Records the protected paths, adopting what the calls running now recorded of them
     /// (kept under `state_dir`, see [`shared_baseline`]). `guarded` are paths this call
-    /// keeps unchanged by other means (bwrap's read-only mounts): a running call's record
-    /// of one is adopted, to be put back after this call too, but none is taken.
+    /// keeps unchanged by other means (bwrap's mounts): a running call's record of one is
+    /// adopted, to be put back after this call too, but none is taken; a directory a
+    /// running call pinned must still be that directory.
     pub fn take_shared(
         state_dir: &Path,
         pinned: &[PathBuf],
@@ -140,14 +141,7 @@ impl Snapshot {
                     ));
                     now
                 }
-                Some(_) => {
-                    return Err(format!(
-                        "{} was replaced by the command of a call still running in this \
-                         repository; that call puts it back when it ends. Run this call \
-                         again then",
-                        path.display()
-                    ))
-                }
+                Some(_) => return Err(replaced_by_running_call(path)),
                 None => {
                     if let Some(s) = shared.as_deref_mut() {
                         s.record(path, now.clone());
@@ -176,8 +170,19 @@ impl Snapshot {
             snapshot.push(path, before);
         }
         for path in guarded {
-            if let Some(before) = shared.as_deref().and_then(|s| s.recorded(path)) {
-                snapshot.push(path, before.clone());
+            match shared.as_deref().and_then(|s| s.recorded(path)) {
+                // Mounted by path: it must still be the directory the running calls
+                // recorded, not one a running command put in its place.
+                Some(Before::Pinned { dev, ino, .. }) => {
+                    let now = At::locate(path)
+                        .ok()
+                        .and_then(|at| at.stat().ok().flatten());
+                    if now.is_none_or(|f| (f.dev, f.ino) != (*dev, *ino)) && !left_over {
+                        return Err(replaced_by_running_call(path));
+                    }
+                }
+                Some(before) => snapshot.push(path, before.clone()),
+                None => {}
             }
         }
         Ok(snapshot)
@@ -284,6 +289,14 @@ impl Snapshot {
         }
         repairs
     }
+}
+
+fn replaced_by_running_call(path: &Path) -> String {
+    format!(
+        "{} was replaced by the command of a call still running in this repository; that \
+         call puts it back when it ends. Run this call again then",
+        path.display()
+    )
 }
 
 /// What a protected file or directory holds now: `Absent` when it does not exist.
@@ -884,12 +897,19 @@ mod tests {
             "{err}"
         );
         assert!(err.contains("Run this call again then"), "{err}");
+        // bwrap, which binds it by path, refuses too.
+        let err = Snapshot::take_shared(state.path(), &[], &[], &pinned).unwrap_err();
+        assert!(
+            err.contains("was replaced by the command of a call still running"),
+            "{err}"
+        );
         first.restore();
         assert!(
             !ws.path().join("moved").exists(),
             "the first call put it back"
         );
         assert!(Snapshot::take_shared(state.path(), &pinned, &[], &[]).is_ok());
+        assert!(Snapshot::take_shared(state.path(), &[], &[], &pinned).is_ok());
     }
 
     /// bwrap keeps its read-only paths with mounts: it takes no record of them, but puts
