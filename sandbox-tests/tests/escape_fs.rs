@@ -1058,10 +1058,11 @@ fn escape_git_config_kept_by_a_second_call_running_at_once(backend: &str) {
     fx.init_repo();
     fx.git(&["config", "extensions.worktreeConfig", "true"]);
     let pwned = fx.outside("pwned-two-calls");
-    let plant = format!(
-        "printf '[core]\\n\\tfsmonitor = touch {p}\\n' >> .git/config.worktree",
+    let fsmonitor = format!(
+        "printf '[core]\\n\\tfsmonitor = touch {p}\\n'",
         p = sh_quote(&pwned)
     );
+    let plant = format!("{fsmonitor} >> .git/config.worktree");
     let wait_for = |name: &str| {
         format!("for i in $(seq 1200); do [ -e {name} ] && break; sleep 0.05; done; [ -e {name} ]")
     };
@@ -1069,9 +1070,7 @@ fn escape_git_config_kept_by_a_second_call_running_at_once(backend: &str) {
         "sh",
         "-c",
         &probe(&format!(
-            "{plant}; printf '[core]\\n\\tfsmonitor = touch {p}\\n' >> .git/config; \
-             touch first-planted; {wait}",
-            p = sh_quote(&pwned),
+            "{plant}; {fsmonitor} >> .git/config; touch first-planted; {wait}",
             wait = wait_for("second-started"),
         )),
     ]);

@@ -76,9 +76,8 @@ pub struct Joining {
     dir: PathBuf,
     /// The record file, this call's own open of it.
     file: std::fs::File,
-    /// What the file holds after its state byte.
+    /// What the file held when this call joined, state byte first.
     stored: Vec<u8>,
-    held_records: bool,
     records: BTreeMap<PathBuf, Before>,
     /// No other call is running: records found now were left by a call that ended
     /// without its repairs.
@@ -173,11 +172,11 @@ pub fn join(state_dir: &Path) -> Result<Joining, String> {
         // other open holds the byte exclusively without holding STEP, which this one does).
         lock_byte(&file, RUNNING, libc::F_RDLCK, true)?;
         let len = file.metadata()?.len();
-        let mut text = Vec::with_capacity(usize::try_from(len).unwrap_or(0).saturating_add(1));
-        std::io::Read::read_to_end(&mut &file, &mut text)?;
-        Ok::<_, std::io::Error>((file, alone, text))
+        let mut stored = Vec::with_capacity(usize::try_from(len).unwrap_or(0).saturating_add(1));
+        std::io::Read::read_to_end(&mut &file, &mut stored)?;
+        Ok::<_, std::io::Error>((file, alone, stored))
     })();
-    let (file, alone, mut text) = locked.map_err(|e| store_error(&dir, "use the record", e))?;
+    let (file, alone, stored) = locked.map_err(|e| store_error(&dir, "use the record", e))?;
     let unreadable = |what: &str| {
         format!(
             "{} is not a record chitti wrote ({what}). It holds what protected paths held \
@@ -185,26 +184,17 @@ pub fn join(state_dir: &Path) -> Result<Joining, String> {
             dir.join("record").display()
         )
     };
-    let held_records = match text.first() {
-        None | Some(&CLEARED) => false,
-        Some(&HOLDS_RECORDS) => true,
+    let records = match stored.split_first() {
+        None | Some((&CLEARED, _)) => BTreeMap::new(),
+        Some((&HOLDS_RECORDS, body)) => {
+            decode(body).ok_or_else(|| unreadable("its records do not parse"))?
+        }
         Some(_) => return Err(unreadable("an unknown first byte")),
-    };
-    let stored = if text.is_empty() {
-        text
-    } else {
-        text.split_off(1)
-    };
-    let records = if held_records {
-        decode(&stored).ok_or_else(|| unreadable("its records do not parse"))?
-    } else {
-        BTreeMap::new()
     };
     Ok(Joining {
         dir,
         file,
         stored,
-        held_records,
         records,
         alone,
         changed: false,
@@ -212,6 +202,11 @@ pub fn join(state_dir: &Path) -> Result<Joining, String> {
 }
 
 impl Joining {
+    /// Whether the file held records when this call joined (rather than nothing).
+    fn held_records(&self) -> bool {
+        self.stored.first() == Some(&HOLDS_RECORDS)
+    }
+
     /// What `path` held before the calls running now, if one of them recorded it.
     pub fn recorded(&self, path: &Path) -> Option<&Before> {
         self.records.get(path)
@@ -220,7 +215,7 @@ impl Joining {
     /// True when the records found were left by a call that ended without its repairs,
     /// rather than kept by calls still running.
     pub fn left_over(&self) -> bool {
-        self.alone && !self.records.is_empty()
+        self.alone && self.held_records()
     }
 
     /// Adds this call's record of a path no running call had recorded.
@@ -232,10 +227,10 @@ impl Joining {
     /// Saves what this call added and lets other calls join and leave.
     pub fn finish(self) -> Result<Member, String> {
         if self.changed {
-            let mut whole = Vec::with_capacity(1 + self.stored.len());
+            let mut whole = Vec::with_capacity(self.stored.len().max(1));
             whole.push(HOLDS_RECORDS);
             encode(&self.records, &mut whole);
-            let saved = if !self.held_records && whole[1..] == self.stored[..] {
+            let saved = if !self.held_records() && self.stored.get(1..) == Some(&whole[1..]) {
                 // The last call left this very record: marking it is enough.
                 self.file.write_all_at(&[HOLDS_RECORDS], 0)
             } else {
