@@ -23,14 +23,14 @@ struct IndexGitlinks {
 
 /// Reads an index front to back. Streamed, not read whole: an index of any size is
 /// checked (one the sandbox padded past a size limit must not skip the check).
-struct IndexReader<R> {
-    input: std::io::BufReader<R>,
+struct IndexReader {
+    input: std::io::BufReader<std::fs::File>,
     /// Bytes consumed so far.
     pos: u64,
 }
 
-impl<R: std::io::Read + std::io::Seek> IndexReader<R> {
-    fn new(input: R) -> Self {
+impl IndexReader {
+    fn new(input: std::fs::File) -> Self {
         IndexReader {
             input: std::io::BufReader::with_capacity(64 * 1024, input),
             pos: 0,
@@ -86,10 +86,7 @@ impl<R: std::io::Read + std::io::Seek> IndexReader<R> {
 }
 
 /// The gitlinks of a git index, versions 2 to 4; `len` is the index's size.
-fn parse_index<R: std::io::Read + std::io::Seek>(
-    input: R,
-    len: u64,
-) -> Result<IndexGitlinks, String> {
+fn parse_index(input: std::fs::File, len: u64) -> Result<IndexGitlinks, String> {
     let bad = |what: &str| Err(format!("unreadable git index: {what}"));
     let mut index = IndexReader::new(input);
     let (Some(magic), Some(version), Some(count)) = (index.bytes::<4>(), index.u32(), index.u32())
@@ -121,8 +118,8 @@ fn parse_index<R: std::io::Read + std::io::Seek>(
 }
 
 /// The gitlink paths; leaves `index` where the entries end.
-fn parse_entries<R: std::io::Read + std::io::Seek>(
-    index: &mut IndexReader<R>,
+fn parse_entries(
+    index: &mut IndexReader,
     version: u32,
     count: u32,
     id_len: usize,
@@ -162,11 +159,7 @@ fn parse_entries<R: std::io::Read + std::io::Seek>(
 
 /// Walks the extensions after the entries (up to the trailing checksum) for a split
 /// index's `link`. `None` when they do not line up with this id length.
-fn shared_index_of<R: std::io::Read + std::io::Seek>(
-    index: &mut IndexReader<R>,
-    len: u64,
-    id_len: usize,
-) -> Option<Option<String>> {
+fn shared_index_of(index: &mut IndexReader, len: u64, id_len: usize) -> Option<Option<String>> {
     let end = len.checked_sub(id_len as u64)?;
     let mut shared = None;
     while index.pos < end {
@@ -191,7 +184,7 @@ fn shared_index_of<R: std::io::Read + std::io::Seek>(
 }
 
 /// Git's offset varint (used by index v4).
-fn varint<R: std::io::Read + std::io::Seek>(index: &mut IndexReader<R>) -> Option<u64> {
+fn varint(index: &mut IndexReader) -> Option<u64> {
     let [mut c] = index.bytes::<1>()?;
     let mut val = (c & 0x7f) as u64;
     while c & 0x80 != 0 {
