@@ -65,7 +65,9 @@ fn unreachable_path(path: &Path, e: std::io::Error) -> String {
 }
 
 impl Snapshot {
-    /// Records the protected paths as they are now, for this call alone.
+    /// Records the protected paths as they are now, for this call alone (the tests of the
+    /// repairs themselves; calls share their records, see [`Self::take_shared`]).
+    #[cfg(test)]
     pub fn take(
         pinned: &[PathBuf],
         read_only: &[PathBuf],
