@@ -518,7 +518,12 @@ mod sys {
         /// Opens the very object this descriptor names, for reading: its /proc link
         /// leads to the object, not to a path looked up again.
         pub fn open_read(&self) -> io::Result<File> {
-            let flags = OFlag::O_RDONLY | OFlag::O_CLOEXEC | OFlag::O_NOCTTY;
+            self.reopen(OFlag::O_RDONLY)
+        }
+
+        /// Opens the very object this descriptor names with `access` (see `open_read`).
+        fn reopen(&self, access: OFlag) -> io::Result<File> {
+            let flags = access | OFlag::O_CLOEXEC | OFlag::O_NOCTTY;
             let fd = nix::fcntl::open(&self.proc_path(), flags, Mode::empty())?;
             let (a, b) = (fstat(&self.0)?, fstat(&fd)?);
             if (a.st_dev, a.st_ino) != (b.st_dev, b.st_ino) {
@@ -549,24 +554,39 @@ mod sys {
             }
         }
 
-        /// Opens file `name` in this directory, never through a link (`O_NOFOLLOW`),
-        /// never blocking on a FIFO. Returns whether it was created.
+        /// Opens file `name` in this directory, never through a link, and an existing one
+        /// only once it is known to be a regular file: opening a device can act on the
+        /// device, and a FIFO would be opened for writing. Returns whether it was created.
         pub fn open_file(&self, name: &OsStr, mode: WriteMode) -> io::Result<(File, bool)> {
-            let open = |flags: OFlag| {
-                let flags = flags | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC | OFlag::O_NONBLOCK;
-                nix::fcntl::openat(&self.0, name, flags, Mode::from_bits_truncate(0o666))
-                    .map(File::from)
-            };
-            match mode {
-                WriteMode::Existing => Ok((open(OFlag::O_RDWR)?, false)),
-                WriteMode::Create { .. } => {
-                    match open(OFlag::O_WRONLY | OFlag::O_CREAT | OFlag::O_EXCL) {
-                        Ok(file) => Ok((file, true)),
-                        Err(Errno::EEXIST) => Ok((open(OFlag::O_WRONLY | OFlag::O_TRUNC)?, false)),
-                        Err(e) => Err(e.into()),
-                    }
+            if let WriteMode::Create { .. } = mode {
+                let flags = OFlag::O_WRONLY
+                    | OFlag::O_CREAT
+                    | OFlag::O_EXCL
+                    | OFlag::O_NOFOLLOW
+                    | OFlag::O_CLOEXEC;
+                match nix::fcntl::openat(&self.0, name, flags, Mode::from_bits_truncate(0o666)) {
+                    Ok(fd) => return Ok((File::from(fd), true)),
+                    Err(Errno::EEXIST) => {}
+                    Err(e) => return Err(e.into()),
                 }
             }
+            // Named first (O_PATH opens nothing), then opened through that very name.
+            let flags = OFlag::O_PATH | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
+            let existing = Node(nix::fcntl::openat(&self.0, name, flags, Mode::empty())?);
+            let refusal = match existing.kind()? {
+                EntryKind::File => None,
+                EntryKind::Symlink => Some(libc::ELOOP),
+                EntryKind::Dir => Some(libc::EISDIR),
+                EntryKind::Other => Some(libc::ENXIO),
+            };
+            if let Some(errno) = refusal {
+                return Err(io::Error::from_raw_os_error(errno));
+            }
+            let access = match mode {
+                WriteMode::Existing => OFlag::O_RDWR,
+                WriteMode::Create { .. } => OFlag::O_WRONLY | OFlag::O_TRUNC,
+            };
+            Ok((existing.reopen(access)?, false))
         }
 
         fn proc_path(&self) -> PathBuf {
@@ -943,5 +963,72 @@ mod tests {
         nix::unistd::mkfifo(&fx.ws.join("fifo"), nix::sys::stat::Mode::S_IRWXU).unwrap();
         assert_eq!(read(&fx, "fifo").unwrap_err().kind(), "invalid_path");
         assert_eq!(write(&fx, "fifo").unwrap_err().kind(), "invalid_path");
+    }
+
+    /// Every file closed after being opened for writing in `dir` since `watch` was made
+    /// (inotify's IN_CLOSE_WRITE, which an `O_PATH` descriptor never causes).
+    #[cfg(target_os = "linux")]
+    fn closed_after_writing(watch: &std::os::fd::OwnedFd) -> Vec<String> {
+        use std::os::fd::AsRawFd;
+        let mut buf = [0u8; 4096];
+        let n = unsafe { libc::read(watch.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len()) };
+        let mut names = Vec::new();
+        let mut at = 0;
+        while n > 0 && at < n as usize {
+            let header = std::mem::size_of::<libc::inotify_event>();
+            let event: libc::inotify_event =
+                unsafe { std::ptr::read_unaligned(buf[at..].as_ptr().cast()) };
+            let name = &buf[at + header..at + header + event.len as usize];
+            let name = name.split(|b| *b == 0).next().unwrap_or_default();
+            names.push(String::from_utf8_lossy(name).into_owned());
+            at += header + event.len as usize;
+        }
+        names
+    }
+
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn writes_never_open_what_is_not_a_regular_file() {
+        use std::os::fd::{FromRawFd, OwnedFd};
+        let fx = Fixture::new();
+        nix::unistd::mkfifo(&fx.ws.join("fifo"), nix::sys::stat::Mode::S_IRWXU).unwrap();
+        // A device only root can make: a copy of /dev/null (char 1:3).
+        let dev = std::ffi::CString::new(fx.ws.join("null").into_os_string().into_encoded_bytes())
+            .unwrap();
+        let made_device =
+            unsafe { libc::mknod(dev.as_ptr(), libc::S_IFCHR | 0o666, libc::makedev(1, 3)) } == 0;
+        if !made_device {
+            eprintln!("note: mknod refused (not root): only the FIFO is checked here");
+        }
+        let watch = unsafe {
+            let fd = libc::inotify_init1(libc::IN_NONBLOCK | libc::IN_CLOEXEC);
+            assert!(fd >= 0);
+            OwnedFd::from_raw_fd(fd)
+        };
+        let ws =
+            std::ffi::CString::new(fx.ws.clone().into_os_string().into_encoded_bytes()).unwrap();
+        let added = unsafe {
+            libc::inotify_add_watch(
+                std::os::fd::AsRawFd::as_raw_fd(&watch),
+                ws.as_ptr(),
+                libc::IN_CLOSE_WRITE,
+            )
+        };
+        assert!(added >= 0);
+        let mut names = vec!["fifo"];
+        if made_device {
+            names.push("null");
+        }
+        for name in names {
+            for mode in [WriteMode::Existing, WriteMode::Create { parents: false }] {
+                let err = open_write(&fx.policy, name, mode).unwrap_err();
+                assert_eq!(err.kind(), "invalid_path", "{name}: {err}");
+                assert!(err.to_string().contains("not a regular file"), "{err}");
+            }
+        }
+        assert_eq!(closed_after_writing(&watch), Vec::<String>::new());
+        // The watch does see a write that happens.
+        write(&fx, "a.txt").unwrap();
+        assert_eq!(closed_after_writing(&watch), vec!["a.txt".to_string()]);
     }
 }
