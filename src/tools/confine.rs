@@ -672,11 +672,15 @@ mod sys {
             let mut options = OpenOptions::new();
             options.custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK);
             match mode {
-                WriteMode::Existing => Ok((options.read(true).write(true).open(&path)?, false)),
+                WriteMode::Existing => {
+                    refuse_non_files(&path)?;
+                    Ok((options.read(true).write(true).open(&path)?, false))
+                }
                 WriteMode::Create { .. } => {
                     match options.clone().write(true).create_new(true).open(&path) {
                         Ok(file) => Ok((file, true)),
                         Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
+                            refuse_non_files(&path)?;
                             Ok((options.write(true).truncate(true).open(&path)?, false))
                         }
                         Err(e) => Err(e),
@@ -684,6 +688,18 @@ mod sys {
                 }
             }
         }
+    }
+
+    /// An existing non-file is refused before it is opened (checked by path: see the
+    /// module comment for the race this leaves here).
+    fn refuse_non_files(path: &Path) -> io::Result<()> {
+        let errno = match EntryKind::from(std::fs::symlink_metadata(path)?.file_type()) {
+            EntryKind::File => return Ok(()),
+            EntryKind::Symlink => libc::ELOOP,
+            EntryKind::Dir => libc::EISDIR,
+            EntryKind::Other => libc::ENXIO,
+        };
+        Err(io::Error::from_raw_os_error(errno))
     }
 }
 
