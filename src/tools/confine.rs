@@ -182,16 +182,20 @@ pub fn open_write(policy: &Policy, path: &str, mode: WriteMode) -> Result<Opened
     };
     let real = target.real_path(&parent)?.join(&name);
     check_writable(policy, path, &real)?;
-    let (file, created) = parent.open_file(&name, mode).map_err(|e| {
-        if e.raw_os_error() == Some(libc::ELOOP) {
-            ConfineError::Invalid(format!(
+    let (file, created) = parent
+        .open_file(&name, mode)
+        .map_err(|e| match e.raw_os_error() {
+            Some(libc::ELOOP) => ConfineError::Invalid(format!(
                 "`{path}` is a symbolic link; the file tools do not write through links \
                  (write to the file it points to)"
-            ))
-        } else {
-            target.err(e)
-        }
-    })?;
+            )),
+            Some(libc::EMLINK) => ConfineError::Protected(format!(
+                "`{path}` has other names (hard links), and one of them may be a protected \
+                 file such as `.git/config`: the file tools do not write to a file with \
+                 more than one name (execute_bash, which runs sandboxed, can)"
+            )),
+            _ => target.err(e),
+        })?;
     let is_file = file.metadata().map(|m| m.is_file()).unwrap_or(false);
     if !is_file {
         return Err(ConfineError::Invalid(format!(
@@ -214,6 +218,9 @@ pub fn display(policy: &Policy, real: &Path) -> String {
     }
 }
 
+/// The longest path the file tools accept (Linux's PATH_MAX).
+const MAX_PATH_BYTES: usize = 4096;
+
 /// A caller's path, made relative to the workspace, ready to be resolved beneath it.
 struct Target<'a> {
     policy: &'a Policy,
@@ -225,6 +232,13 @@ impl<'a> Target<'a> {
     fn new(policy: &'a Policy, user: &'a str) -> Result<Target<'a>, ConfineError> {
         if user.contains('\0') {
             return Err(ConfineError::Invalid("the path contains a NUL byte".into()));
+        }
+        // Refused before any work: resolving a path costs a pass over it per component.
+        if user.len() > MAX_PATH_BYTES {
+            return Err(ConfineError::Invalid(format!(
+                "the path is {} bytes long; paths are at most {MAX_PATH_BYTES} bytes",
+                user.len()
+            )));
         }
         let path = Path::new(user);
         let rel = if path.is_absolute() {
@@ -523,7 +537,9 @@ mod sys {
 
         /// Opens the very object this descriptor names with `access` (see `open_read`).
         fn reopen(&self, access: OFlag) -> io::Result<File> {
-            let flags = access | OFlag::O_CLOEXEC | OFlag::O_NOCTTY;
+            // O_NONBLOCK: a lease a sandboxed process took on the file fails the open at
+            // once instead of holding it for the lease-break time.
+            let flags = access | OFlag::O_CLOEXEC | OFlag::O_NOCTTY | OFlag::O_NONBLOCK;
             let fd = nix::fcntl::open(&self.proc_path(), flags, Mode::empty())?;
             let (a, b) = (fstat(&self.0)?, fstat(&fd)?);
             if (a.st_dev, a.st_ino) != (b.st_dev, b.st_ino) {
@@ -574,6 +590,9 @@ mod sys {
             let flags = OFlag::O_PATH | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
             let existing = Node(nix::fcntl::openat(&self.0, name, flags, Mode::empty())?);
             let refusal = match existing.kind()? {
+                // Writing one name of a file with several writes them all, protected ones
+                // too (a sandboxed command may link `.git/config` into the workspace).
+                EntryKind::File if fstat(&existing.0)?.st_nlink > 1 => Some(libc::EMLINK),
                 EntryKind::File => None,
                 EntryKind::Symlink => Some(libc::ELOOP),
                 EntryKind::Dir => Some(libc::EISDIR),
@@ -690,10 +709,13 @@ mod sys {
         }
     }
 
-    /// An existing non-file is refused before it is opened (checked by path: see the
-    /// module comment for the race this leaves here).
+    /// An existing non-file, or a file with other names, is refused before it is opened
+    /// (checked by path: see the module comment for the race this leaves here).
     fn refuse_non_files(path: &Path) -> io::Result<()> {
-        let errno = match EntryKind::from(std::fs::symlink_metadata(path)?.file_type()) {
+        use std::os::unix::fs::MetadataExt;
+        let meta = std::fs::symlink_metadata(path)?;
+        let errno = match EntryKind::from(meta.file_type()) {
+            EntryKind::File if meta.nlink() > 1 => libc::EMLINK,
             EntryKind::File => return Ok(()),
             EntryKind::Symlink => libc::ELOOP,
             EntryKind::Dir => libc::EISDIR,
@@ -961,6 +983,45 @@ mod tests {
             );
         }
         assert_eq!(write(&fx, "a").unwrap_err().kind(), "invalid_path");
+    }
+
+    #[test]
+    fn a_file_with_other_names_is_never_written() {
+        let fx = Fixture::new();
+        std::fs::create_dir_all(fx.ws.join(".git")).unwrap();
+        std::fs::write(fx.ws.join(".git/config"), "[core]\n").unwrap();
+        // What a sandboxed command can do on landlock, where the workspace grants linking.
+        std::fs::hard_link(fx.ws.join(".git/config"), fx.ws.join("cfg")).unwrap();
+        for mode in [WriteMode::Existing, WriteMode::Create { parents: false }] {
+            let err = open_write(&fx.policy, "cfg", mode).unwrap_err();
+            assert_eq!(err.kind(), "protected_path", "{err}");
+            assert!(err.to_string().contains("has other names"), "{err}");
+        }
+        assert_eq!(
+            std::fs::read_to_string(fx.ws.join(".git/config")).unwrap(),
+            "[core]\n",
+            "truncated through its other name"
+        );
+        // Reading it is fine; so is writing once it has one name again.
+        assert_eq!(read(&fx, "cfg").unwrap(), "[core]\n");
+        std::fs::remove_file(fx.ws.join(".git/config")).unwrap();
+        assert!(write(&fx, "cfg").is_ok());
+    }
+
+    #[test]
+    fn an_overlong_path_is_refused_before_any_work() {
+        let fx = Fixture::new();
+        let long = "/x".repeat(1 << 20);
+        for err in [
+            open_read(&fx.policy, &long).err().unwrap(),
+            write(&fx, &long).err().unwrap(),
+            read_dir(&fx.policy, &long).err().unwrap(),
+        ] {
+            assert_eq!(err.kind(), "invalid_path", "{err}");
+            assert!(err.to_string().contains("at most 4096 bytes"), "{err}");
+        }
+        let fits = format!("{}/{}", fx.ws.display(), "a".repeat(200));
+        assert_eq!(write(&fx, &fits).unwrap().path, fx.ws.join("a".repeat(200)));
     }
 
     #[test]

@@ -78,8 +78,20 @@ impl FileTool for EditFile {
             ));
         }
         let mut bytes = Vec::with_capacity(size as usize);
-        if let Err(e) = opened.file.read_to_end(&mut bytes) {
+        // Bounded: a file that grows while it is read (a command still writing it) stops
+        // at the limit instead of filling memory.
+        if let Err(e) = (&mut opened.file)
+            .take(MAX_EDIT_BYTES + 1)
+            .read_to_end(&mut bytes)
+        {
             return fail("read", e);
+        }
+        if bytes.len() as u64 > MAX_EDIT_BYTES {
+            return ToolResult::error(format!(
+                "`{shown}` grew past {} MiB while it was read; edit_file edits files up to \
+                 that size (use execute_bash)",
+                MAX_EDIT_BYTES / 1024 / 1024
+            ));
         }
         if looks_binary(&bytes) {
             return ToolResult::error(format!(
@@ -99,10 +111,10 @@ impl FileTool for EditFile {
                      and indentation included (read_file shows the current text)"
                 ))
             }
-            Err(n) => {
+            Err(_) => {
                 return ToolResult::error(format!(
-                    "old_string occurs {n} times; add context (the lines around it) so that \
-                     it matches exactly once in `{shown}`"
+                    "old_string occurs more than once; add context (the lines around it) so \
+                     that it matches exactly once in `{shown}`"
                 ))
             }
         };
@@ -128,23 +140,16 @@ impl FileTool for EditFile {
     }
 }
 
-/// The byte offset of `needle`'s only occurrence, or how many there are (overlapping
-/// ones count: in "aaa", "aa" is ambiguous).
+/// The byte offset of `needle`'s only occurrence, or `Err(0)` (none) or `Err(2)` (more
+/// than one; overlapping ones count: in "aaa", "aa" is ambiguous). The search stops at the
+/// second occurrence: counting them all is quadratic for a needle like "aaa…" in "aaaa…".
 fn unique_match(haystack: &str, needle: &str) -> Result<usize, usize> {
-    let mut found = Vec::new();
-    let mut from = 0;
-    while let Some(i) = haystack[from..].find(needle) {
-        found.push(from + i);
-        // Step one character on, so that overlapping occurrences are found too.
-        let step = haystack[from + i..]
-            .chars()
-            .next()
-            .map_or(1, char::len_utf8);
-        from += i + step;
-    }
-    match found.as_slice() {
-        [only] => Ok(*only),
-        all => Err(all.len()),
+    let first = haystack.find(needle).ok_or(0usize)?;
+    // One character on, so that an overlapping second occurrence is found too.
+    let step = haystack[first..].chars().next().map_or(1, char::len_utf8);
+    match haystack[first + step..].find(needle) {
+        None => Ok(first),
+        Some(_) => Err(2),
     }
 }
 
@@ -262,7 +267,11 @@ mod tests {
         assert!(r.text.contains("not found"), "{}", r.text);
         let r = edit(&fx, "one();", "x");
         assert!(!r.ok);
-        assert!(r.text.contains("occurs 2 times; add context"), "{}", r.text);
+        assert!(
+            r.text.contains("occurs more than once; add context"),
+            "{}",
+            r.text
+        );
         assert_eq!(content(&fx), TEXT, "a refused edit changed the file");
         // With context it is unique.
         let r = edit(&fx, "    two();\n    one();\n", "    two();\n");
@@ -281,6 +290,11 @@ mod tests {
         assert_eq!(unique_match("xaay", "aa"), Ok(1));
         assert_eq!(unique_match("ééé", "éé"), Err(2));
         assert_eq!(unique_match("abc", "d"), Err(0));
+        assert_eq!(unique_match("aXbXc", "X"), Err(2));
+        // Two searches, not one per occurrence: 1 MiB of "a" against a 256 KiB needle of
+        // "a" (counting every occurrence compared some 2^38 bytes).
+        let hay = "a".repeat(1 << 20);
+        assert_eq!(unique_match(&hay, &hay[..1 << 18]), Err(2));
     }
 
     #[test]
