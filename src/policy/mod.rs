@@ -9,6 +9,7 @@ pub mod profile;
 mod workspace;
 
 use std::ffi::OsString;
+use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -177,6 +178,14 @@ impl CredentialSearch {
     /// lies in a credential location or holds one, or an entry cannot be expanded.
     pub fn run(&self) -> Result<Vec<PathBuf>, PolicyError> {
         let (dirs, home, writable) = (&self.dirs, &self.home, &self.writable);
+        // Only what exists is hidden, and a call may make chitti's state directory (the
+        // protected paths' shared record): made now, it is hidden from this call too.
+        if std::fs::symlink_metadata(&dirs.state).is_err() {
+            let _ = std::fs::DirBuilder::new()
+                .recursive(true)
+                .mode(0o700)
+                .create(&dirs.state);
+        }
         let mut deny_candidates =
             credentials::builtin(&dirs.home, &[dirs.config.clone(), dirs.state.clone()]);
         if let Some(user_home) = &dirs.user_home {
@@ -567,6 +576,24 @@ mod tests {
                 );
             }
         }
+    }
+
+    #[test]
+    fn the_state_directory_is_made_before_the_search_so_that_it_is_hidden() {
+        let dir = tempfile::tempdir().unwrap();
+        let ws = dir.path().join("ws");
+        std::fs::create_dir_all(&ws).unwrap();
+        let dirs = dirs_in(dir.path());
+        assert!(!dirs.state.exists());
+        let profile = profile::load("workspace-write", None).unwrap();
+        let policy =
+            Policy::resolve(&profile, &ws, &Overrides::default(), &dirs, Vec::new()).unwrap();
+        let state = dirs.state.canonicalize().unwrap();
+        assert!(policy.deny_read.contains(&state), "{:?}", policy.deny_read);
+        let mode = std::os::unix::fs::PermissionsExt::mode(
+            &std::fs::metadata(&state).unwrap().permissions(),
+        ) & 0o777;
+        assert_eq!(mode, 0o700);
     }
 
     #[test]
