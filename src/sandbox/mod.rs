@@ -242,6 +242,9 @@ pub trait AfterCall: Send {
     fn fds(&self) -> Vec<std::os::fd::RawFd> {
         Vec::new()
     }
+    /// Called on chitti's copy once a forked supervisor has its own: the work is the
+    /// supervisor's now, and dropping this copy must not undo any of it.
+    fn handed_over(&mut self) {}
 }
 
 /// The environment of the sandboxed command: the policy's allow-list, the private

@@ -51,6 +51,12 @@ impl crate::sandbox::AfterCall for Snapshot {
             .chain(self.member.as_ref().map(|m| m.fd()))
             .collect()
     }
+
+    fn handed_over(&mut self) {
+        if let Some(member) = &mut self.member {
+            member.handed_over();
+        }
+    }
 }
 
 /// Why a protected path cannot be reached without following a symlink (or at all).
@@ -107,7 +113,12 @@ impl Snapshot {
     ) -> Result<Snapshot, String> {
         let mut budget = MAX_SNAPSHOT_BYTES;
         let mut snapshot = Snapshot::default();
-        let left_over = shared.as_ref().is_some_and(|s| s.left_over());
+        let left_over = |s: &Option<&mut shared_baseline::Joining>, path: &Path| {
+            s.as_deref().is_some_and(|s| s.left_over(path))
+        };
+        // Pinned directories found replaced since calls that ended without their repairs
+        // recorded them: what those calls recorded beneath them no longer applies.
+        let mut replaced: Vec<PathBuf> = Vec::new();
         let mut pinned: Vec<&PathBuf> = pinned.iter().collect();
         // Outer directories first: restoring one makes the paths inside it valid again.
         pinned.sort_by_key(|p| p.components().count());
@@ -125,22 +136,24 @@ impl Snapshot {
                 ino: found.ino,
                 mode: found.mode,
             };
-            let before = match shared.as_deref().and_then(|s| s.recorded(path)) {
-                Some(Before::Pinned { dev, ino, mode })
-                    if (*dev, *ino) == (found.dev, found.ino) =>
-                {
-                    Before::Pinned {
-                        dev: *dev,
-                        ino: *ino,
-                        mode: *mode,
+            let recorded = shared.as_deref().and_then(|s| s.recorded(path)).cloned();
+            let before = match recorded {
+                Some(Before::Pinned { dev, ino, mode }) if (dev, ino) == (found.dev, found.ino) => {
+                    if let Some(s) = shared.as_deref_mut() {
+                        s.adopt(path);
                     }
+                    Before::Pinned { dev, ino, mode }
                 }
-                Some(_) if left_over => {
+                Some(_) if left_over(&shared, path) => {
                     snapshot.notes.push(format!(
                         "{} was replaced during a call that ended without its repairs; \
                          chitti cannot put the original back",
                         path.display()
                     ));
+                    replaced.push(path.clone());
+                    if let Some(s) = shared.as_deref_mut() {
+                        s.record(path, now.clone());
+                    }
                     now
                 }
                 Some(_) => return Err(replaced_by_running_call(path)),
@@ -159,8 +172,15 @@ impl Snapshot {
         }
         let mut locator = Locator::default();
         for path in protected {
-            let before = match shared.as_deref().and_then(|s| s.recorded(path)) {
-                Some(before) => before.clone(),
+            let stale = left_over(&shared, path) && replaced.iter().any(|r| path.starts_with(r));
+            let recorded = shared.as_deref().and_then(|s| s.recorded(path)).cloned();
+            let before = match recorded.filter(|_| !stale) {
+                Some(before) => {
+                    if let Some(s) = shared.as_deref_mut() {
+                        s.adopt(path);
+                    }
+                    before
+                }
                 None => {
                     let now = record_protected(&mut locator, path, &mut budget)?;
                     if let Some(s) = shared.as_deref_mut() {
@@ -172,18 +192,25 @@ impl Snapshot {
             snapshot.push(path, before);
         }
         for path in guarded {
-            match shared.as_deref().and_then(|s| s.recorded(path)) {
+            let recorded = shared.as_deref().and_then(|s| s.recorded(path)).cloned();
+            match recorded {
                 // Mounted by path: it must still be the directory the running calls
                 // recorded, not one a running command put in its place.
                 Some(Before::Pinned { dev, ino, .. }) => {
                     let now = At::locate(path)
                         .ok()
                         .and_then(|at| at.stat().ok().flatten());
-                    if now.is_none_or(|f| (f.dev, f.ino) != (*dev, *ino)) && !left_over {
+                    let moved = now.is_none_or(|f| (f.dev, f.ino) != (dev, ino));
+                    if moved && !left_over(&shared, path) {
                         return Err(replaced_by_running_call(path));
                     }
                 }
-                Some(before) => snapshot.push(path, before.clone()),
+                Some(before) => {
+                    if let Some(s) = shared.as_deref_mut() {
+                        s.adopt(path);
+                    }
+                    snapshot.push(path, before);
+                }
                 None => {}
             }
         }
@@ -912,6 +939,71 @@ mod tests {
         );
         assert!(Snapshot::take_shared(state.path(), &pinned, &[], &[]).is_ok());
         assert!(Snapshot::take_shared(state.path(), &[], &[], &pinned).is_ok());
+    }
+
+    /// A host edit made between two calls in a repository is kept, even while a call in
+    /// another repository runs throughout.
+    #[test]
+    fn a_host_edit_between_calls_is_kept_while_other_calls_run() {
+        let state = tempfile::tempdir().unwrap();
+        let (elsewhere, ws) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+        let other = elsewhere.path().join("config");
+        std::fs::write(&other, "other\n").unwrap();
+        let config = ws.path().join("config");
+        std::fs::write(&config, "[core]\n").unwrap();
+        let mut long =
+            Snapshot::take_shared(state.path(), &[], std::slice::from_ref(&other), &[]).unwrap();
+        let mut first =
+            Snapshot::take_shared(state.path(), &[], std::slice::from_ref(&config), &[]).unwrap();
+        assert!(first.restore().is_empty());
+        std::fs::write(&config, "[core]\n[remote \"origin\"]\n").unwrap(); // the user
+        let mut second =
+            Snapshot::take_shared(state.path(), &[], std::slice::from_ref(&config), &[]).unwrap();
+        let repairs = second.restore();
+        assert!(repairs.is_empty(), "{repairs:?}");
+        assert_eq!(
+            std::fs::read_to_string(&config).unwrap(),
+            "[core]\n[remote \"origin\"]\n"
+        );
+        assert!(long.restore().is_empty());
+    }
+
+    /// A pinned directory replaced since a call that never finished recorded it (the user
+    /// cloned the repository again): the next calls go on, and what was recorded inside the
+    /// old directory is not put into the new one.
+    #[test]
+    fn a_left_over_record_of_a_replaced_directory_gives_way_to_the_new_one() {
+        let state = tempfile::tempdir().unwrap();
+        let ws = tempfile::tempdir().unwrap();
+        let git = ws.path().join(".git");
+        std::fs::create_dir_all(&git).unwrap();
+        std::fs::write(git.join("config"), "old clone\n").unwrap();
+        let (pinned, protected) = ([git.clone()], [git.join("config")]);
+        let mut crashed = Snapshot::take_shared(state.path(), &pinned, &protected, &[]).unwrap();
+        crate::sandbox::AfterCall::handed_over(&mut crashed);
+        drop(crashed); // its supervisor was killed: its descriptors closed, nothing else
+        // Moved away rather than removed, so that the new directory cannot reuse its inode.
+        std::fs::rename(&git, ws.path().join("old")).unwrap();
+        std::fs::create_dir_all(&git).unwrap();
+        std::fs::write(git.join("config"), "new clone\n").unwrap();
+        let mut next = Snapshot::take_shared(state.path(), &pinned, &protected, &[]).unwrap();
+        // A call starting meanwhile is not told a running call replaced it.
+        let mut meanwhile = Snapshot::take_shared(state.path(), &pinned, &protected, &[]).unwrap();
+        let said = next.restore();
+        assert!(
+            said.iter()
+                .any(|l| l.contains("was replaced during a call that ended")),
+            "{said:?}"
+        );
+        assert_eq!(
+            std::fs::read_to_string(git.join("config")).unwrap(),
+            "new clone\n"
+        );
+        assert!(meanwhile.restore().is_empty());
+        assert_eq!(
+            std::fs::read_to_string(git.join("config")).unwrap(),
+            "new clone\n"
+        );
     }
 
     /// bwrap keeps its read-only paths with mounts: it takes no record of them, but puts

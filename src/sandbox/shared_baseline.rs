@@ -10,26 +10,32 @@
 //! the call, are shared the same way.
 //!
 //! Where: `protect/record` in chitti's state directory, which no sandbox can read or write
-//! (it is a credential location, and a writable root overlapping one is refused). It holds
-//! the records; its first byte says whether it holds records of calls (`A`) or nothing
-//! (`C`, written by the last call to leave; what follows is left in place, so that the next
-//! call, alone, need not write the same record again). Two one-byte locks on it (open file
-//! description locks, which belong to the call's own open of the file):
+//! (it is a credential location, made before the policy's search so that it is hidden
+//! from the call that makes it, and a writable root overlapping one is refused). Its first
+//! byte says whether it holds records (`A`) or nothing (`C`, written when the last record
+//! goes; what follows is left in place, so that the next call, alone, need not write the
+//! same record again). Each record names the calls using it, by slot. Locks on the file
+//! (open file description locks, which belong to the call's own open of it, shared with
+//! its supervisor and gone when both are):
 //! - byte 0, held exclusively for the short steps of joining and leaving, so that these
 //!   never interleave;
 //! - byte 1, held shared by every call from joining until its repairs are done; whoever
-//!   can lock it exclusively knows that no other call is running.
+//!   can lock it exclusively knows that no other call is running;
+//! - byte 2 + n, held exclusively by the call in slot n: whether a call named by a record
+//!   still runs.
 //!
-//! A call that finds records (`A`) while no call is running knows that a call ended without
-//! its repairs (its supervisor was killed). It adopts those records too, so that its own
-//! repairs undo what that call's command left behind.
+//! A record goes when the last call using it leaves: a call that starts later, when no
+//! call using it runs any more, records afresh (so that a host edit made between calls is
+//! never undone). A record whose calls all ended without their repairs (their supervisors
+//! were killed) is kept, whatever other calls come and go, until a call protecting that
+//! path adopts it: that call's repairs then undo what those commands left behind.
 //!
 //! Calls share the record when they share the state directory: the same user, with the
 //! same `HOME` and `XDG_STATE_HOME`. What this costs a call in a repository is a dozen
 //! system calls: the record is rewritten in place, in a format of chitti's own (JSON took
 //! 0.1 ms for a repository's sample hooks, and a file made and removed per call 0.05 ms).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::ffi::OsString;
 use std::os::fd::{AsRawFd, RawFd};
 use std::os::unix::ffi::{OsStrExt, OsStringExt};
@@ -67,9 +73,19 @@ pub struct TreeItem {
 }
 
 /// The first bytes of a record file, after the state byte.
-const MAGIC: &[u8] = b"chitti protected paths 1\n";
+const MAGIC: &[u8] = b"chitti protected paths 2\n";
 const HOLDS_RECORDS: u8 = b'A';
 const CLEARED: u8 = b'C';
+
+/// A record and the slots of the running calls using it (none: left by calls that ended
+/// without their repairs).
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Stored {
+    members: u64,
+    before: Before,
+}
+
+type Records = BTreeMap<PathBuf, Stored>;
 
 /// A call joining: the store is locked until [`Joining::finish`].
 pub struct Joining {
@@ -78,10 +94,11 @@ pub struct Joining {
     file: std::fs::File,
     /// What the file held when this call joined, state byte first.
     stored: Vec<u8>,
-    records: BTreeMap<PathBuf, Before>,
-    /// No other call is running: records found now were left by a call that ended
-    /// without its repairs.
-    alone: bool,
+    records: Records,
+    /// This call's slot, as a bit of `Stored::members`.
+    bit: u64,
+    /// The paths whose records this call uses.
+    mine: BTreeSet<PathBuf>,
     changed: bool,
 }
 
@@ -90,12 +107,29 @@ pub struct Joining {
 pub struct Member {
     dir: PathBuf,
     file: std::fs::File,
+    bit: u64,
+    mine: BTreeSet<PathBuf>,
+    /// The file as this call left it after joining, and whether every record in it was
+    /// this call's alone: if so, and nothing changed, leaving only marks it cleared.
+    written: Vec<u8>,
+    only_mine: bool,
+    /// Leaves when dropped without [`Member::leave`]: a call that ends before its command
+    /// could start (a set-up error) must not leave its records behind as if it had been
+    /// killed. Off in chitti's copy once a supervisor has its own.
+    armed: bool,
 }
 
 /// The byte locked while a call joins or leaves.
 const STEP: i64 = 0;
 /// The byte every running call holds shared.
 const RUNNING: i64 = 1;
+/// Calls at once per state directory: one bit each in a record's members.
+const SLOTS: u32 = 64;
+
+/// The byte a call in `slot` holds while it runs.
+fn slot_byte(slot: u32) -> i64 {
+    2 + i64::from(slot)
+}
 
 fn store_error(dir: &Path, what: &str, e: impl std::fmt::Display) -> String {
     format!(
@@ -171,12 +205,77 @@ pub fn join(state_dir: &Path) -> Result<Joining, String> {
         // Atomic for these locks: from exclusive (alone) to shared, or shared at once (no
         // other open holds the byte exclusively without holding STEP, which this one does).
         lock_byte(&file, RUNNING, libc::F_RDLCK, true)?;
-        let len = file.metadata()?.len();
-        let mut stored = Vec::with_capacity(usize::try_from(len).unwrap_or(0).saturating_add(1));
-        std::io::Read::read_to_end(&mut &file, &mut stored)?;
+        let stored = read_all(&file)?;
         Ok::<_, std::io::Error>((file, alone, stored))
     })();
     let (file, alone, stored) = locked.map_err(|e| store_error(&dir, "use the record", e))?;
+    let mut records = parse(&dir, &stored)?;
+    // Calls named by a record that no longer run: alone, none runs.
+    let live = if alone {
+        0
+    } else {
+        live_members(&file, &records, 0).map_err(|e| store_error(&dir, "use the record", e))?
+    };
+    let mut changed = false;
+    for stored in records.values_mut() {
+        if stored.members & !live != 0 {
+            stored.members &= live;
+            changed = true;
+        }
+    }
+    let slot = (0..SLOTS).filter(|&n| live & (1 << n) == 0).find_map(|n| {
+        match lock_byte(&file, slot_byte(n), libc::F_WRLCK, false) {
+            Ok(true) => Some(Ok(n)),
+            Ok(false) => None,
+            Err(e) => Some(Err(e)),
+        }
+    });
+    let slot = match slot {
+        Some(Ok(n)) => n,
+        Some(Err(e)) => return Err(store_error(&dir, "use the record", e)),
+        None => {
+            return Err(format!(
+                "more than {SLOTS} chitti calls are running at once with the state directory \
+                 {}; wait for some of them to end",
+                state_dir.display()
+            ))
+        }
+    };
+    Ok(Joining {
+        dir,
+        file,
+        stored,
+        records,
+        bit: 1 << slot,
+        mine: BTreeSet::new(),
+        changed,
+    })
+}
+
+/// The whole file, read from its start whatever this open's offset (a call reads it again
+/// when it leaves).
+fn read_all(file: &std::fs::File) -> std::io::Result<Vec<u8>> {
+    let len = usize::try_from(file.metadata()?.len()).unwrap_or(0);
+    let mut stored = vec![0; len.saturating_add(1)];
+    let mut filled = 0;
+    loop {
+        if filled == stored.len() {
+            stored.resize(filled * 2, 0);
+        }
+        match file.read_at(&mut stored[filled..], filled as u64) {
+            Ok(0) => break,
+            Ok(n) => filled += n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    stored.truncate(filled);
+    Ok(stored)
+}
+
+/// The records in what the file holds; an error says what to do about a file chitti did
+/// not write.
+fn parse(dir: &Path, stored: &[u8]) -> Result<Records, String> {
     let unreadable = |what: &str| {
         format!(
             "{} is not a record chitti wrote ({what}). It holds what protected paths held \
@@ -184,53 +283,76 @@ pub fn join(state_dir: &Path) -> Result<Joining, String> {
             dir.join("record").display()
         )
     };
-    let records = match stored.split_first() {
-        None | Some((&CLEARED, _)) => BTreeMap::new(),
+    match stored.split_first() {
+        None | Some((&CLEARED, _)) => Ok(Records::new()),
         Some((&HOLDS_RECORDS, body)) => {
-            decode(body).ok_or_else(|| unreadable("its records do not parse"))?
+            decode(body).ok_or_else(|| unreadable("its records do not parse"))
         }
-        Some(_) => return Err(unreadable("an unknown first byte")),
-    };
-    Ok(Joining {
-        dir,
-        file,
-        stored,
-        records,
-        alone,
-        changed: false,
-    })
+        Some(_) => Err(unreadable("an unknown first byte")),
+    }
+}
+
+/// The slots, among those `records` name, whose calls still run (hold their byte), but
+/// for `own` (this open's slot, which the test would release). Called with STEP held: no
+/// call joins or leaves meanwhile.
+fn live_members(file: &std::fs::File, records: &Records, own: u64) -> std::io::Result<u64> {
+    let named = records.values().fold(0u64, |all, r| all | r.members) & !own;
+    let mut live = 0;
+    for slot in (0..SLOTS).filter(|n| named & (1 << n) != 0) {
+        if lock_byte(file, slot_byte(slot), libc::F_WRLCK, false)? {
+            lock_byte(file, slot_byte(slot), libc::F_UNLCK, false)?;
+        } else {
+            live |= 1 << slot;
+        }
+    }
+    Ok(live)
 }
 
 impl Joining {
-    /// Whether the file held records when this call joined (rather than nothing).
-    fn held_records(&self) -> bool {
-        self.stored.first() == Some(&HOLDS_RECORDS)
-    }
-
-    /// What `path` held before the calls running now, if one of them recorded it.
+    /// What `path` held before the calls running now, if one of them recorded it (or
+    /// calls that ended without their repairs did).
     pub fn recorded(&self, path: &Path) -> Option<&Before> {
-        self.records.get(path)
+        self.records.get(path).map(|r| &r.before)
     }
 
-    /// True when the records found were left by a call that ended without its repairs,
-    /// rather than kept by calls still running.
-    pub fn left_over(&self) -> bool {
-        self.alone && self.held_records()
+    /// True when the record of `path` was left by calls that ended without their repairs,
+    /// rather than kept by calls still running (ask before adopting it).
+    pub fn left_over(&self, path: &Path) -> bool {
+        self.records.get(path).is_some_and(|r| r.members == 0)
     }
 
-    /// Adds this call's record of a path no running call had recorded.
+    /// Uses the record of `path` (kept by running calls, or left over) for this call too.
+    pub fn adopt(&mut self, path: &Path) {
+        if let Some(stored) = self.records.get_mut(path) {
+            if stored.members & self.bit == 0 {
+                stored.members |= self.bit;
+                self.changed = true;
+            }
+            self.mine.insert(path.to_path_buf());
+        }
+    }
+
+    /// Adds this call's record of a path no running call had recorded (or replaces one
+    /// left over that no longer applies).
     pub fn record(&mut self, path: &Path, before: Before) {
-        self.records.insert(path.to_path_buf(), before);
+        let stored = Stored {
+            members: self.bit,
+            before,
+        };
+        self.records.insert(path.to_path_buf(), stored);
+        self.mine.insert(path.to_path_buf());
         self.changed = true;
     }
 
     /// Saves what this call added and lets other calls join and leave.
     pub fn finish(self) -> Result<Member, String> {
+        let mut written = self.stored;
         if self.changed {
-            let mut whole = Vec::with_capacity(self.stored.len().max(1));
+            let mut whole = Vec::with_capacity(written.len().max(1));
             whole.push(HOLDS_RECORDS);
             encode(&self.records, &mut whole);
-            let saved = if !self.held_records() && self.stored.get(1..) == Some(&whole[1..]) {
+            let cleared = written.first() != Some(&HOLDS_RECORDS);
+            let saved = if cleared && written.get(1..) == Some(&whole[1..]) {
                 // The last call left this very record: marking it is enough.
                 self.file.write_all_at(&[HOLDS_RECORDS], 0)
             } else {
@@ -239,55 +361,120 @@ impl Joining {
                     .and_then(|()| self.file.set_len(whole.len() as u64))
             };
             saved.map_err(|e| store_error(&self.dir, "save the record", e))?;
+            written = whole;
         }
         lock_byte(&self.file, STEP, libc::F_UNLCK, false)
             .map_err(|e| store_error(&self.dir, "unlock the record", e))?;
+        let only_mine = self.records.values().all(|r| r.members == self.bit);
         Ok(Member {
             dir: self.dir,
             file: self.file,
+            bit: self.bit,
+            mine: self.mine,
+            written,
+            only_mine,
+            armed: true,
         })
     }
 }
 
 impl Member {
-    /// The descriptor whose lock says this call is running: a forked supervisor that does
+    /// The descriptor whose locks say this call is running: a forked supervisor that does
     /// the repairs must keep it.
     pub fn fd(&self) -> RawFd {
         self.file.as_raw_fd()
     }
 
-    /// Runs the repairs with the store locked, then leaves; the last call to leave clears
-    /// the records. A store that cannot be locked does not stop the repairs.
-    pub fn leave<R>(self, repairs: impl FnOnce() -> R) -> (R, Option<String>) {
+    /// This copy is not the one that leaves (see `armed`).
+    pub fn handed_over(&mut self) {
+        self.armed = false;
+    }
+
+    /// Runs the repairs with the store locked, then leaves: the records no running call
+    /// uses any more go (those left over by calls that ended without their repairs stay).
+    /// A store that cannot be locked does not stop the repairs.
+    pub fn leave<R>(mut self, repairs: impl FnOnce() -> R) -> (R, Option<String>) {
+        self.armed = false;
+        self.leave_now(repairs)
+    }
+
+    fn leave_now<R>(&self, repairs: impl FnOnce() -> R) -> (R, Option<String>) {
         let file = &self.file;
         let step = lock_byte(file, STEP, libc::F_WRLCK, true);
         let done = repairs();
-        let left = step.and_then(|_| {
-            if lock_byte(file, RUNNING, libc::F_WRLCK, false)? {
-                file.write_all_at(&[CLEARED], 0)?;
-            }
-            Ok(())
-        });
+        let left = match step {
+            Ok(_) => self.drop_own_records(),
+            Err(e) => Err(store_error(&self.dir, "leave the record", e)),
+        };
         // Unlocked explicitly: a copy of the descriptor may live on in chitti.
+        let slot = self.bit.trailing_zeros();
+        let _ = lock_byte(file, slot_byte(slot), libc::F_UNLCK, false);
         let _ = lock_byte(file, RUNNING, libc::F_UNLCK, false);
         let _ = lock_byte(file, STEP, libc::F_UNLCK, false);
-        let trouble = left
-            .err()
-            .map(|e| store_error(&self.dir, "leave the record", e));
-        (done, trouble)
+        (done, left.err())
+    }
+
+    /// With STEP held: takes this call off its records and drops those it was the last
+    /// running call of.
+    fn drop_own_records(&self) -> Result<(), String> {
+        let file = &self.file;
+        let trouble = |e: std::io::Error| store_error(&self.dir, "leave the record", e);
+        let alone = lock_byte(file, RUNNING, libc::F_WRLCK, false).map_err(trouble)?;
+        let stored = read_all(file).map_err(trouble)?;
+        if alone && self.only_mine && stored == self.written {
+            // Nobody joined since: every record was this call's alone.
+            return file.write_all_at(&[CLEARED], 0).map_err(trouble);
+        }
+        let mut records = parse(&self.dir, &stored)?;
+        let others = if alone {
+            0
+        } else {
+            live_members(file, &records, self.bit).map_err(trouble)?
+        };
+        records.retain(|path, r| {
+            let used = r.members & self.bit != 0 && self.mine.contains(path);
+            r.members &= others;
+            // Left over (no running call, and not this call's): kept for adoption.
+            !(used && r.members == 0)
+        });
+        let before = stored.first().copied();
+        if records.is_empty() {
+            if before == Some(HOLDS_RECORDS) {
+                file.write_all_at(&[CLEARED], 0).map_err(trouble)?;
+            }
+            return Ok(());
+        }
+        let mut whole = Vec::with_capacity(stored.len().max(1));
+        whole.push(HOLDS_RECORDS);
+        encode(&records, &mut whole);
+        if whole != stored {
+            file.write_all_at(&whole, 0)
+                .and_then(|()| file.set_len(whole.len() as u64))
+                .map_err(trouble)?;
+        }
+        Ok(())
+    }
+}
+
+impl Drop for Member {
+    fn drop(&mut self) {
+        if self.armed {
+            let ((), _) = self.leave_now(|| ());
+        }
     }
 }
 
 /// Little-endian lengths and numbers; every path and file as its bytes.
-fn encode(records: &BTreeMap<PathBuf, Before>, out: &mut Vec<u8>) {
+fn encode(records: &Records, out: &mut Vec<u8>) {
     fn bytes(out: &mut Vec<u8>, b: &[u8]) {
         out.extend_from_slice(&(b.len() as u64).to_le_bytes());
         out.extend_from_slice(b);
     }
     out.extend_from_slice(MAGIC);
     out.extend_from_slice(&(records.len() as u64).to_le_bytes());
-    for (path, before) in records {
+    for (path, Stored { members, before }) in records {
         bytes(out, path.as_os_str().as_bytes());
+        out.extend_from_slice(&members.to_le_bytes());
         match before {
             Before::Pinned { dev, ino, mode } => {
                 out.push(0);
@@ -321,7 +508,7 @@ fn encode(records: &BTreeMap<PathBuf, Before>, out: &mut Vec<u8>) {
     }
 }
 
-fn decode(input: &[u8]) -> Option<BTreeMap<PathBuf, Before>> {
+fn decode(input: &[u8]) -> Option<Records> {
     struct Reader<'a>(&'a [u8]);
     impl Reader<'_> {
         fn take(&mut self, n: usize) -> Option<&[u8]> {
@@ -356,6 +543,7 @@ fn decode(input: &[u8]) -> Option<BTreeMap<PathBuf, Before>> {
     let mut records = BTreeMap::new();
     for _ in 0..r.u64()? {
         let path = r.path()?;
+        let members = r.u64()?;
         let before = match r.u8()? {
             0 => Before::Pinned {
                 dev: r.u64()?,
@@ -388,7 +576,7 @@ fn decode(input: &[u8]) -> Option<BTreeMap<PathBuf, Before>> {
             3 => Before::Absent,
             _ => return None,
         };
-        records.insert(path, before);
+        records.insert(path, Stored { members, before });
     }
     r.0.is_empty().then_some(records)
 }
@@ -400,6 +588,25 @@ mod tests {
     /// Whether the record file holds records (rather than nothing).
     fn stored_records(state: &Path) -> bool {
         std::fs::read(state.join("protect/record")).unwrap()[0] == HOLDS_RECORDS
+    }
+
+    /// What a call's supervisor being killed leaves: its descriptors closed, nothing else.
+    fn killed(mut member: Member) {
+        member.handed_over();
+        drop(member);
+    }
+
+    #[test]
+    fn a_call_that_ends_before_its_command_leaves_nothing_behind() {
+        let state = tempfile::tempdir().unwrap();
+        let config = Path::new("/repo/.git/config");
+        let mut failed = join(state.path()).unwrap();
+        failed.record(config, file("clean"));
+        drop(failed.finish().unwrap()); // a set-up error: dropped, never handed over
+        let next = join(state.path()).unwrap();
+        assert!(next.recorded(config).is_none());
+        drop(next);
+        assert!(!stored_records(state.path()));
     }
 
     fn file(text: &str) -> Before {
@@ -415,21 +622,22 @@ mod tests {
         let config = Path::new("/repo/.git/config");
         let mut first = join(state.path()).unwrap();
         assert!(first.recorded(config).is_none());
-        assert!(!first.left_over());
         first.record(config, file("clean"));
         let first = first.finish().unwrap();
 
-        let second = join(state.path()).unwrap();
+        let mut second = join(state.path()).unwrap();
         assert_eq!(second.recorded(config), Some(&file("clean")));
-        assert!(!second.left_over(), "the first call is still running");
+        assert!(!second.left_over(config), "the first call is still running");
+        second.adopt(config);
         let second = second.finish().unwrap();
 
         // The first leaves; the record stays for the second, which is still running.
         let ((), trouble) = first.leave(|| ());
         assert!(trouble.is_none());
         assert!(stored_records(state.path()));
-        let third = join(state.path()).unwrap();
+        let mut third = join(state.path()).unwrap();
         assert_eq!(third.recorded(config), Some(&file("clean")));
+        third.adopt(config);
         let third = third.finish().unwrap();
         let ((), _) = second.leave(|| ());
         let ((), _) = third.leave(|| ());
@@ -439,7 +647,6 @@ mod tests {
         );
         let mut fresh = join(state.path()).unwrap();
         assert!(fresh.recorded(config).is_none());
-        assert!(!fresh.left_over());
         // Alone, with the same record as the last call's: only the state byte is written.
         fresh.record(config, file("clean"));
         let fresh = fresh.finish().unwrap();
@@ -465,13 +672,99 @@ mod tests {
         crashed.record(config, file("clean"));
         let crashed = crashed.finish().unwrap();
         // Its supervisor was killed: the lock goes with the descriptor, the record stays.
-        drop(crashed);
+        killed(crashed);
 
-        let next = join(state.path()).unwrap();
-        assert!(next.left_over());
+        let mut next = join(state.path()).unwrap();
+        assert!(next.left_over(config));
         assert_eq!(next.recorded(config), Some(&file("clean")));
+        next.adopt(config);
+        assert!(!next.left_over(config), "adopted");
         let next = next.finish().unwrap();
         let ((), _) = next.leave(|| ());
+        assert!(!stored_records(state.path()));
+    }
+
+    /// A record lives as long as the calls using it: a call that starts after they all
+    /// ended records afresh, even while calls in other repositories run.
+    #[test]
+    fn a_record_goes_with_the_last_call_using_it_whatever_else_runs() {
+        let state = tempfile::tempdir().unwrap();
+        let (one, two) = (Path::new("/r1/.git/config"), Path::new("/r2/.git/config"));
+        let mut long = join(state.path()).unwrap();
+        long.record(one, file("r1"));
+        let long = long.finish().unwrap();
+        let mut short = join(state.path()).unwrap();
+        short.record(two, file("before the host's edit"));
+        let short = short.finish().unwrap();
+        let ((), trouble) = short.leave(|| ());
+        assert!(trouble.is_none(), "{trouble:?}");
+        // The user edits r2's config on the host; the next call there must not undo it.
+        let later = join(state.path()).unwrap();
+        assert!(later.recorded(two).is_none());
+        assert_eq!(later.recorded(one), Some(&file("r1")));
+        assert!(!later.left_over(one), "the long call still runs");
+        drop(later);
+        let ((), _) = long.leave(|| ());
+        assert!(!stored_records(state.path()));
+    }
+
+    /// What calls that never left recorded stays until a call protecting those paths
+    /// adopts it: calls elsewhere, alone or not, leave it alone.
+    #[test]
+    fn a_record_left_over_stays_until_a_call_for_its_path_adopts_it() {
+        let state = tempfile::tempdir().unwrap();
+        let (one, two) = (Path::new("/r1/.git/config"), Path::new("/r2/.git/config"));
+        let mut running = join(state.path()).unwrap();
+        running.record(two, file("r2"));
+        let running = running.finish().unwrap();
+        let mut crashed = join(state.path()).unwrap();
+        crashed.record(one, file("clean r1"));
+        let crashed = crashed.finish().unwrap();
+        killed(crashed); // its slot's lock went with its descriptors
+        let elsewhere = join(state.path()).unwrap();
+        assert!(elsewhere.left_over(one), "found while another call runs");
+        assert!(!elsewhere.left_over(two));
+        drop(elsewhere);
+        let ((), _) = running.leave(|| ());
+        // Alone, in r2: its own record comes and goes, r1's stays.
+        let mut alone = join(state.path()).unwrap();
+        alone.record(two, file("r2"));
+        let alone = alone.finish().unwrap();
+        let ((), _) = alone.leave(|| ());
+        assert!(stored_records(state.path()));
+        let mut in_one = join(state.path()).unwrap();
+        assert!(in_one.left_over(one));
+        assert_eq!(in_one.recorded(one), Some(&file("clean r1")));
+        assert!(in_one.recorded(two).is_none());
+        in_one.adopt(one);
+        let ((), _) = in_one.finish().unwrap().leave(|| ());
+        assert!(!stored_records(state.path()));
+    }
+
+    #[test]
+    fn more_calls_at_once_than_slots_are_refused_with_what_to_do() {
+        let state = tempfile::tempdir().unwrap();
+        let mut running = Vec::new();
+        for n in 0..SLOTS {
+            let mut call = join(state.path()).unwrap();
+            call.record(&Path::new("/r").join(n.to_string()), file("x"));
+            running.push(call.finish().unwrap());
+        }
+        let err = join(state.path()).err().unwrap();
+        assert!(
+            err.contains("more than 64 chitti calls are running at once"),
+            "{err}"
+        );
+        let ((), _) = running.pop().unwrap().leave(|| ());
+        let mut call = join(state.path()).unwrap();
+        assert!(call.recorded(Path::new("/r/63")).is_none());
+        assert!(!call.left_over(Path::new("/r/0")));
+        call.record(Path::new("/r/63"), file("y"));
+        running.push(call.finish().unwrap());
+        for call in running {
+            let ((), trouble) = call.leave(|| ());
+            assert!(trouble.is_none(), "{trouble:?}");
+        }
         assert!(!stored_records(state.path()));
     }
 

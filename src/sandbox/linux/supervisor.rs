@@ -229,6 +229,9 @@ pub fn spawn(
         };
         unsafe { supervisor_main(&spec, &execve, keep, aftermath) }
     }
+    for after in &mut spec.after {
+        after.handed_over();
+    }
     // Adding the rules (planning them lists directories: 0.1 ms or more) overlaps the
     // supervisor's start and the command's set-up, on another CPU. The ruleset object is
     // shared with the forked copies of its descriptor; the command enforces it only once
