@@ -982,7 +982,7 @@ mod tests {
         let mut crashed = Snapshot::take_shared(state.path(), &pinned, &protected, &[]).unwrap();
         crate::sandbox::AfterCall::handed_over(&mut crashed);
         drop(crashed); // its supervisor was killed: its descriptors closed, nothing else
-        // Moved away rather than removed, so that the new directory cannot reuse its inode.
+                       // Moved away rather than removed, so that the new directory cannot reuse its inode.
         std::fs::rename(&git, ws.path().join("old")).unwrap();
         std::fs::create_dir_all(&git).unwrap();
         std::fs::write(git.join("config"), "new clone\n").unwrap();

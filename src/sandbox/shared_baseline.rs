@@ -74,6 +74,8 @@ pub struct TreeItem {
 
 /// The first bytes of a record file, after the state byte.
 const MAGIC: &[u8] = b"chitti protected paths 2\n";
+/// The format before records named their calls: read as records left over.
+const MAGIC_1: &[u8] = b"chitti protected paths 1\n";
 const HOLDS_RECORDS: u8 = b'A';
 const CLEARED: u8 = b'C';
 
@@ -537,13 +539,15 @@ fn decode(input: &[u8]) -> Option<Records> {
         }
     }
     let mut r = Reader(input);
-    if r.take(MAGIC.len())? != MAGIC {
-        return None;
-    }
+    let with_members = match r.take(MAGIC.len())? {
+        magic if magic == MAGIC => true,
+        magic if magic == MAGIC_1 => false,
+        _ => return None,
+    };
     let mut records = BTreeMap::new();
     for _ in 0..r.u64()? {
         let path = r.path()?;
-        let members = r.u64()?;
+        let members = if with_members { r.u64()? } else { 0 };
         let before = match r.u8()? {
             0 => Before::Pinned {
                 dev: r.u64()?,
@@ -805,6 +809,24 @@ mod tests {
         for (n, kind) in kinds.iter().enumerate() {
             assert_eq!(second.recorded(&odd.join(n.to_string())), Some(kind));
         }
+    }
+
+    #[test]
+    fn a_record_of_the_first_format_is_read_as_left_over() {
+        let state = tempfile::tempdir().unwrap();
+        std::fs::create_dir(state.path().join("protect")).unwrap();
+        let mut old = vec![HOLDS_RECORDS];
+        old.extend_from_slice(MAGIC_1);
+        old.extend_from_slice(&1u64.to_le_bytes());
+        let path = b"/repo/.git/config";
+        old.extend_from_slice(&(path.len() as u64).to_le_bytes());
+        old.extend_from_slice(path);
+        old.push(3); // Absent
+        std::fs::write(state.path().join("protect/record"), old).unwrap();
+        let call = join(state.path()).unwrap();
+        let config = Path::new("/repo/.git/config");
+        assert_eq!(call.recorded(config), Some(&Before::Absent));
+        assert!(call.left_over(config));
     }
 
     #[test]
