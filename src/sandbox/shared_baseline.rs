@@ -153,7 +153,7 @@ fn open_record(dir: &Path) -> std::io::Result<std::fs::File> {
             .custom_flags(libc::O_CLOEXEC | libc::O_NOFOLLOW)
             .open(dir.join("record"))
     };
-    match open() {
+    let file = match open() {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
             std::fs::DirBuilder::new()
                 .recursive(true)
@@ -162,7 +162,20 @@ fn open_record(dir: &Path) -> std::io::Result<std::fs::File> {
             open()
         }
         opened => opened,
+    }?;
+    // What it holds is put back onto protected paths: only a file of this user's own,
+    // which no one else may write (root run with another user's HOME would find theirs).
+    use std::os::unix::fs::MetadataExt;
+    let meta = file.metadata()?;
+    let euid = unsafe { libc::geteuid() };
+    if !meta.is_file() || meta.uid() != euid || meta.mode() & 0o022 != 0 {
+        return Err(std::io::Error::other(format!(
+            "{} is not a regular file of user {euid}'s that only they may write; if no \
+             chitti call is running, remove it",
+            dir.join("record").display()
+        )));
     }
+    Ok(file)
 }
 
 /// Locks (`F_RDLCK`, `F_WRLCK`) or unlocks (`F_UNLCK`) one byte of `file` for this open
@@ -852,6 +865,22 @@ mod tests {
         std::fs::write(&record, &whole[..whole.len() - 1]).unwrap();
         let err = join(state.path()).err().unwrap();
         assert!(err.contains("its records do not parse"), "{err}");
+    }
+
+    #[test]
+    fn a_record_anyone_else_may_write_is_refused() {
+        use std::os::unix::fs::PermissionsExt;
+        let state = tempfile::tempdir().unwrap();
+        std::fs::create_dir(state.path().join("protect")).unwrap();
+        let record = state.path().join("protect/record");
+        std::fs::write(&record, b"C").unwrap();
+        std::fs::set_permissions(&record, std::fs::Permissions::from_mode(0o666)).unwrap();
+        let err = join(state.path()).err().unwrap();
+        assert!(err.contains("only they may write"), "{err}");
+        std::fs::remove_file(&record).unwrap();
+        nix::unistd::mkfifo(&record, nix::sys::stat::Mode::S_IRWXU).unwrap();
+        let err = join(state.path()).err().unwrap();
+        assert!(err.contains("is not a regular file"), "{err}");
     }
 
     #[test]
