@@ -763,6 +763,31 @@ fn escape_git_config_via_git_config(backend: &str) {
     assert_git_protected(&fx, &before, "git config core.fsmonitor/hooksPath", &ran);
 }
 
+/// A second name for `.git/config` in the workspace, made inside the sandbox, would let
+/// anything that later writes that name outside a sandbox (the file tools, the user's
+/// editor) rewrite the repository's config. After the call the two are not one file.
+#[backends]
+fn escape_git_config_hard_linked_into_the_workspace(backend: &str) {
+    use std::os::unix::fs::MetadataExt;
+    let fx = Fixture::new();
+    fx.init_repo();
+    let before = git_view(&fx);
+    let ran = fx.chitti(backend).sh(&probe(
+        "ln .git/config cfg; ln .git/hooks cfg-hooks 2>/dev/null; true",
+    ));
+    ran.assert_probe_ran();
+    assert_git_protected(&fx, &before, "ln .git/config cfg", &ran);
+    if let Ok(link) = std::fs::metadata(fx.ws("cfg")) {
+        let config = std::fs::metadata(fx.ws(".git/config")).unwrap();
+        assert_ne!(
+            (link.dev(), link.ino()),
+            (config.dev(), config.ino()),
+            "{backend}: cfg is still a name of .git/config after the call\n{ran}"
+        );
+        assert_eq!(config.nlink(), 1, "{backend}: .git/config has other names");
+    }
+}
+
 #[backends]
 fn escape_git_config_via_append_and_rename(backend: &str) {
     let fx = Fixture::new();

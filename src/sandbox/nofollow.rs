@@ -50,9 +50,13 @@ pub struct Found {
     pub dev: u64,
     pub ino: u64,
     pub size: u64,
+    /// How many names the file has.
+    pub links: u64,
 }
 
 impl Found {
+    // st_nlink is u64 on x86_64 but u32 on some targets.
+    #[allow(clippy::unnecessary_cast)]
     fn of(st: &rustix::fs::Stat) -> Found {
         Found {
             kind: FileType::from_raw_mode(st.st_mode),
@@ -60,6 +64,7 @@ impl Found {
             dev: st.st_dev,
             ino: st.st_ino,
             size: st.st_size as u64,
+            links: st.st_nlink as u64,
         }
     }
 

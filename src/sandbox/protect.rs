@@ -571,9 +571,12 @@ fn quarantine_name(path: &Path) -> PathBuf {
     path.with_file_name(name)
 }
 
+/// Whether the file holds `bytes` with `mode`, under this one name: a file with another
+/// name (a hard link the command made in the workspace) could be written through that
+/// name later, outside any sandbox, and is replaced by a copy.
 fn file_matches(at: &At, bytes: &[u8], mode: u32) -> bool {
     at.read_file(bytes.len() as u64)
-        .is_ok_and(|(found, now)| found.mode == mode && now == bytes)
+        .is_ok_and(|(found, now)| found.mode == mode && found.links == 1 && now == bytes)
 }
 
 /// Returns true when something had to change.
