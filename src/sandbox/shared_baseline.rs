@@ -41,6 +41,7 @@ use std::os::fd::{AsRawFd, RawFd};
 use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::os::unix::fs::{DirBuilderExt, FileExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 /// What one protected path held before the call: what is put back after it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -133,14 +134,23 @@ fn slot_byte(slot: u32) -> i64 {
     2 + i64::from(slot)
 }
 
-fn store_error(dir: &Path, what: &str, e: impl std::fmt::Display) -> String {
+fn store_error(dir: &Path, what: &str, e: std::io::Error) -> String {
+    let remedy = if e.kind() == std::io::ErrorKind::TimedOut {
+        "Is a chitti process stopped (Ctrl-Z) or hung? Resume or end it"
+    } else {
+        "chitti needs its state directory; set XDG_STATE_HOME or HOME to a directory you \
+         can write"
+    };
     format!(
         "cannot {what} in {}, where calls running at once share what their protected \
-         paths held before them: {e}. chitti needs its state directory; set \
-         XDG_STATE_HOME or HOME to a directory you can write",
+         paths held before them: {e}. {remedy}",
         dir.display()
     )
 }
+
+/// How long a call waits for another to finish joining or leaving: those steps take well
+/// under a millisecond, so a wait this long means a stopped or hung chitti.
+const PATIENCE: Duration = Duration::from_secs(60);
 
 fn open_record(dir: &Path) -> std::io::Result<std::fs::File> {
     let open = || {
@@ -179,31 +189,44 @@ fn open_record(dir: &Path) -> std::io::Result<std::fs::File> {
 }
 
 /// Locks (`F_RDLCK`, `F_WRLCK`) or unlocks (`F_UNLCK`) one byte of `file` for this open
-/// of it, waiting or not. False when `wait` is off and another open holds it.
+/// of it, waiting up to `patience` or not at all. False when it does not wait and another
+/// open holds the byte; an error of kind `TimedOut` when the wait ran out.
 fn lock_byte(
     file: &std::fs::File,
     byte: i64,
     kind: libc::c_int,
-    wait: bool,
+    patience: Option<Duration>,
 ) -> std::io::Result<bool> {
     let mut lock: libc::flock = unsafe { std::mem::zeroed() };
     lock.l_type = kind as libc::c_short;
     lock.l_whence = libc::SEEK_SET as libc::c_short;
     lock.l_start = byte;
     lock.l_len = 1;
-    let command = if wait {
-        libc::F_OFD_SETLKW
-    } else {
-        libc::F_OFD_SETLK
-    };
+    // Tried again and again rather than waited for in the kernel, so that a holder that
+    // never lets go is reported instead of waited for forever.
+    let started = std::time::Instant::now();
+    let mut pause = Duration::from_micros(20);
     loop {
-        if unsafe { libc::fcntl(file.as_raw_fd(), command, &lock) } == 0 {
+        if unsafe { libc::fcntl(file.as_raw_fd(), libc::F_OFD_SETLK, &lock) } == 0 {
             return Ok(true);
         }
         let e = std::io::Error::last_os_error();
-        match e.raw_os_error() {
-            Some(libc::EINTR) => continue,
-            Some(libc::EAGAIN) | Some(libc::EACCES) if !wait => return Ok(false),
+        match (e.raw_os_error(), patience) {
+            (Some(libc::EINTR), _) => continue,
+            (Some(libc::EAGAIN) | Some(libc::EACCES), None) => return Ok(false),
+            (Some(libc::EAGAIN) | Some(libc::EACCES), Some(limit)) => {
+                if started.elapsed() >= limit {
+                    return Err(std::io::Error::new(
+                        std::io::ErrorKind::TimedOut,
+                        format!(
+                            "another chitti call has held its lock for over {} s",
+                            limit.as_secs_f64()
+                        ),
+                    ));
+                }
+                std::thread::sleep(pause);
+                pause = (pause * 2).min(Duration::from_millis(10));
+            }
             _ => return Err(e),
         }
     }
@@ -212,14 +235,19 @@ fn lock_byte(
 /// Joins the calls running now in the store under `state_dir`: until [`Joining::finish`],
 /// no other call joins or leaves.
 pub fn join(state_dir: &Path) -> Result<Joining, String> {
+    join_within(state_dir, PATIENCE)
+}
+
+/// [`join`], waiting at most `patience` for a call joining or leaving now.
+fn join_within(state_dir: &Path, patience: Duration) -> Result<Joining, String> {
     let dir = state_dir.join("protect");
     let locked = (|| {
         let file = open_record(&dir)?;
-        lock_byte(&file, STEP, libc::F_WRLCK, true)?;
-        let alone = lock_byte(&file, RUNNING, libc::F_WRLCK, false)?;
+        lock_byte(&file, STEP, libc::F_WRLCK, Some(patience))?;
+        let alone = lock_byte(&file, RUNNING, libc::F_WRLCK, None)?;
         // Atomic for these locks: from exclusive (alone) to shared, or shared at once (no
         // other open holds the byte exclusively without holding STEP, which this one does).
-        lock_byte(&file, RUNNING, libc::F_RDLCK, true)?;
+        lock_byte(&file, RUNNING, libc::F_RDLCK, Some(patience))?;
         let stored = read_all(&file)?;
         Ok::<_, std::io::Error>((file, alone, stored))
     })();
@@ -239,7 +267,7 @@ pub fn join(state_dir: &Path) -> Result<Joining, String> {
         }
     }
     let slot = (0..SLOTS).filter(|&n| live & (1 << n) == 0).find_map(|n| {
-        match lock_byte(&file, slot_byte(n), libc::F_WRLCK, false) {
+        match lock_byte(&file, slot_byte(n), libc::F_WRLCK, None) {
             Ok(true) => Some(Ok(n)),
             Ok(false) => None,
             Err(e) => Some(Err(e)),
@@ -314,8 +342,8 @@ fn live_members(file: &std::fs::File, records: &Records, own: u64) -> std::io::R
     let named = records.values().fold(0u64, |all, r| all | r.members) & !own;
     let mut live = 0;
     for slot in (0..SLOTS).filter(|n| named & (1 << n) != 0) {
-        if lock_byte(file, slot_byte(slot), libc::F_WRLCK, false)? {
-            lock_byte(file, slot_byte(slot), libc::F_UNLCK, false)?;
+        if lock_byte(file, slot_byte(slot), libc::F_WRLCK, None)? {
+            lock_byte(file, slot_byte(slot), libc::F_UNLCK, None)?;
         } else {
             live |= 1 << slot;
         }
@@ -378,7 +406,7 @@ impl Joining {
             saved.map_err(|e| store_error(&self.dir, "save the record", e))?;
             written = whole;
         }
-        lock_byte(&self.file, STEP, libc::F_UNLCK, false)
+        lock_byte(&self.file, STEP, libc::F_UNLCK, None)
             .map_err(|e| store_error(&self.dir, "unlock the record", e))?;
         let only_mine = self.records.values().all(|r| r.members == self.bit);
         Ok(Member {
@@ -415,7 +443,7 @@ impl Member {
 
     fn leave_now<R>(&self, repairs: impl FnOnce() -> R) -> (R, Option<String>) {
         let file = &self.file;
-        let step = lock_byte(file, STEP, libc::F_WRLCK, true);
+        let step = lock_byte(file, STEP, libc::F_WRLCK, Some(PATIENCE));
         let done = repairs();
         let left = match step {
             Ok(_) => self.drop_own_records(),
@@ -423,9 +451,9 @@ impl Member {
         };
         // Unlocked explicitly: a copy of the descriptor may live on in chitti.
         let slot = self.bit.trailing_zeros();
-        let _ = lock_byte(file, slot_byte(slot), libc::F_UNLCK, false);
-        let _ = lock_byte(file, RUNNING, libc::F_UNLCK, false);
-        let _ = lock_byte(file, STEP, libc::F_UNLCK, false);
+        let _ = lock_byte(file, slot_byte(slot), libc::F_UNLCK, None);
+        let _ = lock_byte(file, RUNNING, libc::F_UNLCK, None);
+        let _ = lock_byte(file, STEP, libc::F_UNLCK, None);
         (done, left.err())
     }
 
@@ -434,7 +462,7 @@ impl Member {
     fn drop_own_records(&self) -> Result<(), String> {
         let file = &self.file;
         let trouble = |e: std::io::Error| store_error(&self.dir, "leave the record", e);
-        let alone = lock_byte(file, RUNNING, libc::F_WRLCK, false).map_err(trouble)?;
+        let alone = lock_byte(file, RUNNING, libc::F_WRLCK, None).map_err(trouble)?;
         let stored = read_all(file).map_err(trouble)?;
         if alone && self.only_mine && stored == self.written {
             // Nobody joined since: every record was this call's alone.
@@ -881,6 +909,24 @@ mod tests {
         nix::unistd::mkfifo(&record, nix::sys::stat::Mode::S_IRWXU).unwrap();
         let err = join(state.path()).err().unwrap();
         assert!(err.contains("is not a regular file"), "{err}");
+    }
+
+    #[test]
+    fn a_call_stuck_in_its_join_is_reported_not_waited_for_forever() {
+        let state = tempfile::tempdir().unwrap();
+        let stuck = join(state.path()).unwrap(); // joining, and stopped there
+        let started = std::time::Instant::now();
+        let err = join_within(state.path(), Duration::from_millis(200))
+            .err()
+            .unwrap();
+        assert!(started.elapsed() < Duration::from_secs(5));
+        assert!(err.contains("has held its lock for over 0.2 s"), "{err}");
+        assert!(
+            err.contains("Is a chitti process stopped (Ctrl-Z)"),
+            "{err}"
+        );
+        drop(stuck);
+        assert!(join_within(state.path(), Duration::from_millis(200)).is_ok());
     }
 
     #[test]
