@@ -74,10 +74,13 @@ pub struct TreeItem {
 }
 
 /// The first bytes of a record file, after the state byte.
-const MAGIC: &[u8] = b"chitti protected paths 2\n";
+const MAGIC: &[u8] = b"chitti protected paths 3\n";
 /// The format before records named their calls: read as records left over.
 const MAGIC_1: &[u8] = b"chitti protected paths 1\n";
 const HOLDS_RECORDS: u8 = b'A';
+/// The state byte, then a number bumped by every whole write: a call that finds the number
+/// it wrote knows nobody rewrote the records since.
+const HEADER: usize = 9;
 const CLEARED: u8 = b'C';
 
 /// A record and the slots of the running calls using it (none: left by calls that ended
@@ -112,9 +115,10 @@ pub struct Member {
     file: std::fs::File,
     bit: u64,
     mine: BTreeSet<PathBuf>,
-    /// The file as this call left it after joining, and whether every record in it was
-    /// this call's alone: if so, and nothing changed, leaving only marks it cleared.
-    written: Vec<u8>,
+    /// The generation of the file as this call left it after joining, and whether every
+    /// record in it was this call's alone: if so, and nothing changed since, leaving only
+    /// marks it cleared.
+    written: u64,
     only_mine: bool,
     /// Leaves when dropped without [`Member::leave`]: a call that ends before its command
     /// could start (a set-up error) must not leave its records behind as if it had been
@@ -298,22 +302,23 @@ fn join_within(state_dir: &Path, patience: Duration) -> Result<Joining, String> 
 /// The whole file, read from its start whatever this open's offset (a call reads it again
 /// when it leaves).
 fn read_all(file: &std::fs::File) -> std::io::Result<Vec<u8>> {
+    use std::io::{Read, Seek};
     let len = usize::try_from(file.metadata()?.len()).unwrap_or(0);
-    let mut stored = vec![0; len.saturating_add(1)];
-    let mut filled = 0;
-    loop {
-        if filled == stored.len() {
-            stored.resize(filled * 2, 0);
-        }
-        match file.read_at(&mut stored[filled..], filled as u64) {
-            Ok(0) => break,
-            Ok(n) => filled += n,
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(e),
-        }
-    }
-    stored.truncate(filled);
+    let mut stored = Vec::with_capacity(len.saturating_add(1));
+    let mut reader = file;
+    reader.seek(std::io::SeekFrom::Start(0))?;
+    reader.read_to_end(&mut stored)?;
     Ok(stored)
+}
+
+/// The generation in a file's header (0 for a file without one).
+fn generation(stored: &[u8]) -> u64 {
+    match stored.get(1..HEADER) {
+        Some(n) if !stored[1..].starts_with(MAGIC_1) => {
+            u64::from_le_bytes(n.try_into().unwrap_or_default())
+        }
+        _ => 0,
+    }
 }
 
 /// The records in what the file holds; an error says what to do about a file chitti did
@@ -328,9 +333,14 @@ fn parse(dir: &Path, stored: &[u8]) -> Result<Records, String> {
     };
     match stored.split_first() {
         None | Some((&CLEARED, _)) => Ok(Records::new()),
-        Some((&HOLDS_RECORDS, body)) => {
+        // The first format had no generation.
+        Some((&HOLDS_RECORDS, body)) if body.starts_with(MAGIC_1) => {
             decode(body).ok_or_else(|| unreadable("its records do not parse"))
         }
+        Some((&HOLDS_RECORDS, _)) => stored
+            .get(HEADER..)
+            .and_then(decode)
+            .ok_or_else(|| unreadable("its records do not parse")),
         Some(_) => Err(unreadable("an unknown first byte")),
     }
 }
@@ -389,22 +399,20 @@ impl Joining {
 
     /// Saves what this call added and lets other calls join and leave.
     pub fn finish(self) -> Result<Member, String> {
-        let mut written = self.stored;
+        let mut written = generation(&self.stored);
         if self.changed {
-            let mut whole = Vec::with_capacity(written.len().max(1));
-            whole.push(HOLDS_RECORDS);
-            encode(&self.records, &mut whole);
-            let cleared = written.first() != Some(&HOLDS_RECORDS);
-            let saved = if cleared && written.get(1..) == Some(&whole[1..]) {
+            let whole = whole_file(&self.records, written.wrapping_add(1));
+            let cleared = self.stored.first() != Some(&HOLDS_RECORDS);
+            let saved = if cleared && self.stored.get(HEADER..) == Some(&whole[HEADER..]) {
                 // The last call left this very record: marking it is enough.
                 self.file.write_all_at(&[HOLDS_RECORDS], 0)
             } else {
+                written = written.wrapping_add(1);
                 self.file
                     .write_all_at(&whole, 0)
                     .and_then(|()| self.file.set_len(whole.len() as u64))
             };
             saved.map_err(|e| store_error(&self.dir, "save the record", e))?;
-            written = whole;
         }
         lock_byte(&self.file, STEP, libc::F_UNLCK, None)
             .map_err(|e| store_error(&self.dir, "unlock the record", e))?;
@@ -463,11 +471,15 @@ impl Member {
         let file = &self.file;
         let trouble = |e: std::io::Error| store_error(&self.dir, "leave the record", e);
         let alone = lock_byte(file, RUNNING, libc::F_WRLCK, None).map_err(trouble)?;
-        let stored = read_all(file).map_err(trouble)?;
-        if alone && self.only_mine && stored == self.written {
-            // Nobody joined since: every record was this call's alone.
-            return file.write_all_at(&[CLEARED], 0).map_err(trouble);
+        if alone && self.only_mine {
+            let mut header = [0u8; HEADER];
+            let read = file.read_exact_at(&mut header, 0);
+            if read.is_ok() && header[0] == HOLDS_RECORDS && generation(&header) == self.written {
+                // Nobody rewrote it since: every record in it is this call's alone.
+                return file.write_all_at(&[CLEARED], 0).map_err(trouble);
+            }
         }
+        let stored = read_all(file).map_err(trouble)?;
         let mut records = parse(&self.dir, &stored)?;
         let others = if alone {
             0
@@ -487,16 +499,20 @@ impl Member {
             }
             return Ok(());
         }
-        let mut whole = Vec::with_capacity(stored.len().max(1));
-        whole.push(HOLDS_RECORDS);
-        encode(&records, &mut whole);
-        if whole != stored {
-            file.write_all_at(&whole, 0)
-                .and_then(|()| file.set_len(whole.len() as u64))
-                .map_err(trouble)?;
-        }
-        Ok(())
+        let whole = whole_file(&records, generation(&stored).wrapping_add(1));
+        file.write_all_at(&whole, 0)
+            .and_then(|()| file.set_len(whole.len() as u64))
+            .map_err(trouble)
     }
+}
+
+/// What the file holds for `records` (state byte, generation, records).
+fn whole_file(records: &Records, generation: u64) -> Vec<u8> {
+    let mut whole = Vec::with_capacity(32 * 1024);
+    whole.push(HOLDS_RECORDS);
+    whole.extend_from_slice(&generation.to_le_bytes());
+    encode(records, &mut whole);
+    whole
 }
 
 impl Drop for Member {
@@ -784,6 +800,25 @@ mod tests {
         in_one.adopt(one);
         let ((), _) = in_one.finish().unwrap().leave(|| ());
         assert!(!stored_records(state.path()));
+    }
+
+    /// The last call to leave, alone now but not when another joined meanwhile, reads the
+    /// records again rather than marking them all cleared.
+    #[test]
+    fn a_call_leaving_alone_keeps_what_a_killed_call_added_meanwhile() {
+        let state = tempfile::tempdir().unwrap();
+        let (mine, theirs) = (Path::new("/r1/.git/config"), Path::new("/r2/.git/config"));
+        let mut first = join(state.path()).unwrap();
+        first.record(mine, file("r1"));
+        let first = first.finish().unwrap();
+        let mut second = join(state.path()).unwrap();
+        second.record(theirs, file("r2"));
+        killed(second.finish().unwrap());
+        let ((), trouble) = first.leave(|| ());
+        assert!(trouble.is_none(), "{trouble:?}");
+        let next = join(state.path()).unwrap();
+        assert!(next.recorded(mine).is_none());
+        assert!(next.left_over(theirs));
     }
 
     #[test]
