@@ -292,6 +292,39 @@ async fn concurrent_calls_run_concurrently() {
     );
 }
 
+/// A client sending many calls at once gets them all run, at most
+/// `MAX_CALLS_AT_ONCE` at a time: each call counts the calls running beside it, in the
+/// workspace, before it ends.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn calls_beyond_the_limit_wait_their_turn() {
+    let server = Server::start(&[]).await;
+    let limit = chitti::mcp::MAX_CALLS_AT_ONCE;
+    std::fs::create_dir(server.fx.ws("running")).unwrap();
+    let commands: Vec<String> = (0..limit + 8)
+        .map(|i| {
+            format!(
+                "touch running/{i}; ls running | wc -l >> counts; sleep 0.5; \
+                 ls running | wc -l >> counts; rm running/{i}"
+            )
+        })
+        .collect();
+    let results = futures::future::join_all(commands.iter().map(|c| server.bash(c))).await;
+    for r in &results {
+        assert!(!r.is_error && r.structured["exit_code"] == 0, "{r:?}");
+    }
+    let counts: Vec<usize> = read(&server.fx.ws("counts"))
+        .lines()
+        .map(|l| l.trim().parse().unwrap())
+        .collect();
+    assert_eq!(counts.len(), 2 * (limit + 8));
+    let most = counts.iter().copied().max().unwrap();
+    assert!(
+        most <= limit,
+        "{most} calls ran at once, over {limit}: {counts:?}"
+    );
+    assert!(most >= 2, "the calls never ran side by side: {counts:?}");
+}
+
 /// A session's calls may reuse one private TMPDIR (a slot of the pool the server keeps),
 /// but every call finds it empty, and calls running at once never share one: a call that
 /// writes into another's TMPDIR leaves nothing there (that call lists it at its end).

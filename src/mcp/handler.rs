@@ -17,7 +17,7 @@ use rmcp::model::{
 use rmcp::service::{RequestContext, RoleServer};
 use rmcp::ServerHandler;
 use serde_json::Value;
-use tokio::sync::RwLock;
+use tokio::sync::{RwLock, Semaphore};
 use tokio_util::sync::CancellationToken;
 
 use crate::tools::{Tool, ToolDefinition, ToolResult, Toolbox};
@@ -34,7 +34,13 @@ pub struct McpTools {
     shutdown: CancellationToken,
     /// Each call holds a read guard; shutdown takes the write lock to wait for them.
     in_flight: Arc<RwLock<()>>,
+    /// Calls running at once; the rest wait their turn (a client sending hundreds at once
+    /// gets them run, not hundreds of sandboxes).
+    running: Arc<Semaphore>,
 }
+
+/// How many calls one server runs at once.
+pub const MAX_CALLS_AT_ONCE: usize = 16;
 
 impl McpTools {
     /// The read-only tools and `execute_bash`; `write_file` and `edit_file` only when
@@ -66,6 +72,7 @@ impl McpTools {
             listing,
             shutdown: CancellationToken::new(),
             in_flight: Arc::new(RwLock::new(())),
+            running: Arc::new(Semaphore::new(MAX_CALLS_AT_ONCE)),
         }
     }
 
@@ -101,6 +108,9 @@ impl McpTools {
 
     async fn call(&self, tool: Tool, args: Value, ct: CancellationToken) -> ToolResult {
         let _running = self.in_flight.read().await;
+        let Ok(_turn) = self.running.acquire().await else {
+            return ToolResult::error("the server is shutting down");
+        };
         let shutdown = self.shutdown.clone();
         let cancel = async move {
             tokio::select! {

@@ -19,7 +19,7 @@ use std::time::Duration;
 use rmcp::ServiceExt;
 use tokio_util::sync::CancellationToken;
 
-pub use handler::McpTools;
+pub use handler::{McpTools, MAX_CALLS_AT_ONCE};
 
 use crate::tools::Toolbox;
 
