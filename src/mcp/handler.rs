@@ -108,8 +108,16 @@ impl McpTools {
 
     async fn call(&self, tool: Tool, args: Value, ct: CancellationToken) -> ToolResult {
         let _running = self.in_flight.read().await;
-        let Ok(_turn) = self.running.acquire().await else {
-            return ToolResult::error("the server is shutting down");
+        // A call cancelled while it waits for its turn never starts.
+        let _turn = tokio::select! {
+            turn = self.running.acquire() => match turn {
+                Ok(turn) => turn,
+                Err(_) => return ToolResult::error("the server is shutting down"),
+            },
+            _ = ct.cancelled() => return ToolResult::error("cancelled before it started"),
+            _ = self.shutdown.cancelled() => {
+                return ToolResult::error("the server is shutting down")
+            }
         };
         let shutdown = self.shutdown.clone();
         let cancel = async move {
