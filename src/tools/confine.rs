@@ -134,12 +134,56 @@ pub fn open_read(policy: &Policy, path: &str) -> Result<Opened, ConfineError> {
 }
 
 /// Lists a directory: where it really is, and its entries in no particular order.
-pub fn read_dir(policy: &Policy, path: &str) -> Result<(PathBuf, Vec<Entry>), ConfineError> {
+/// A directory's first `keep` entries by name, and how many it holds in all.
+pub fn read_dir(
+    policy: &Policy,
+    path: &str,
+    keep: usize,
+) -> Result<(PathBuf, Vec<Entry>, usize), ConfineError> {
     let target = Target::new(policy, path)?;
     let (node, real) = target.resolve()?;
     target.expect_kind(&node, EntryKind::Dir)?;
-    let entries = node.entries().map_err(|e| target.err(e))?;
-    Ok((real, entries))
+    let (entries, total) = node.entries(keep).map_err(|e| target.err(e))?;
+    Ok((real, entries, total))
+}
+
+/// The `keep` first of `entries` by name, sorted, and how many there were: however many a
+/// directory holds (a sandboxed command can make millions), only `keep` are kept at once.
+fn first_by_name(
+    entries: impl Iterator<Item = io::Result<Entry>>,
+    keep: usize,
+) -> io::Result<(Vec<Entry>, usize)> {
+    struct ByName(Entry);
+    impl PartialEq for ByName {
+        fn eq(&self, other: &Self) -> bool {
+            self.0.name == other.0.name
+        }
+    }
+    impl Eq for ByName {}
+    impl PartialOrd for ByName {
+        fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+            Some(self.cmp(other))
+        }
+    }
+    impl Ord for ByName {
+        fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+            self.0.name.cmp(&other.0.name)
+        }
+    }
+    // The largest kept name on top, to be dropped when a smaller one comes.
+    let mut kept = std::collections::BinaryHeap::with_capacity(keep.saturating_add(1).min(4096));
+    let mut total = 0;
+    for entry in entries {
+        total += 1;
+        kept.push(ByName(entry?));
+        if kept.len() > keep {
+            kept.pop();
+        }
+    }
+    Ok((
+        kept.into_sorted_vec().into_iter().map(|e| e.0).collect(),
+        total,
+    ))
 }
 
 /// Where a directory inside the workspace really is (for a command's working directory).
@@ -550,16 +594,16 @@ mod sys {
             Ok(File::from(fd))
         }
 
-        pub fn entries(&self) -> io::Result<Vec<Entry>> {
-            std::fs::read_dir(self.proc_path())?
-                .map(|entry| {
-                    let entry = entry?;
-                    Ok(Entry {
-                        kind: entry.file_type()?.into(),
-                        name: entry.file_name(),
-                    })
+        /// The first `keep` entries by name, and how many there are.
+        pub fn entries(&self, keep: usize) -> io::Result<(Vec<Entry>, usize)> {
+            let entries = std::fs::read_dir(self.proc_path())?.map(|entry| {
+                let entry = entry?;
+                Ok(Entry {
+                    kind: entry.file_type()?.into(),
+                    name: entry.file_name(),
                 })
-                .collect()
+            });
+            super::first_by_name(entries, keep)
         }
 
         /// Makes directory `name` here; one that appeared meanwhile is fine.
@@ -667,16 +711,16 @@ mod sys {
                 .open(&self.0)
         }
 
-        pub fn entries(&self) -> io::Result<Vec<Entry>> {
-            std::fs::read_dir(&self.0)?
-                .map(|entry| {
-                    let entry = entry?;
-                    Ok(Entry {
-                        kind: entry.file_type()?.into(),
-                        name: entry.file_name(),
-                    })
+        /// The first `keep` entries by name, and how many there are.
+        pub fn entries(&self, keep: usize) -> io::Result<(Vec<Entry>, usize)> {
+            let entries = std::fs::read_dir(&self.0)?.map(|entry| {
+                let entry = entry?;
+                Ok(Entry {
+                    kind: entry.file_type()?.into(),
+                    name: entry.file_name(),
                 })
-                .collect()
+            });
+            super::first_by_name(entries, keep)
         }
 
         pub fn mkdir(&self, name: &OsStr) -> io::Result<()> {
@@ -813,7 +857,7 @@ mod tests {
             assert_eq!(err.kind(), "outside_workspace", "{path}: {err}");
         }
         assert_eq!(
-            read_dir(&fx.policy, "dir").unwrap_err().kind(),
+            read_dir(&fx.policy, "dir", 10).unwrap_err().kind(),
             "outside_workspace"
         );
         // Writing through a link is refused even where the link points: the final
@@ -903,7 +947,7 @@ mod tests {
             assert_eq!(err.kind(), "credential_path", "{path}: {err}");
         }
         assert_eq!(
-            read_dir(&fx.policy, "secrets").unwrap_err().kind(),
+            read_dir(&fx.policy, "secrets", 10).unwrap_err().kind(),
             "credential_path"
         );
         assert_eq!(
@@ -1015,13 +1059,29 @@ mod tests {
         for err in [
             open_read(&fx.policy, &long).err().unwrap(),
             write(&fx, &long).err().unwrap(),
-            read_dir(&fx.policy, &long).err().unwrap(),
+            read_dir(&fx.policy, &long, 10).err().unwrap(),
         ] {
             assert_eq!(err.kind(), "invalid_path", "{err}");
             assert!(err.to_string().contains("at most 4096 bytes"), "{err}");
         }
         let fits = format!("{}/{}", fx.ws.display(), "a".repeat(200));
         assert_eq!(write(&fx, &fits).unwrap().path, fx.ws.join("a".repeat(200)));
+    }
+
+    #[test]
+    fn only_the_first_entries_by_name_are_kept() {
+        let names = ["d", "b", "e", "a", "c"];
+        let entries = names.iter().map(|n| {
+            Ok(Entry {
+                name: OsString::from(n),
+                kind: EntryKind::File,
+            })
+        });
+        let (kept, total) = first_by_name(entries, 3).unwrap();
+        let kept: Vec<_> = kept.iter().map(|e| e.name.to_str().unwrap()).collect();
+        assert_eq!((kept, total), (vec!["a", "b", "c"], 5));
+        let none = std::iter::empty();
+        assert_eq!(first_by_name(none, 3).unwrap().1, 0);
     }
 
     #[test]
@@ -1032,7 +1092,7 @@ mod tests {
         assert_eq!(read(&fx, "d").unwrap_err().kind(), "invalid_path");
         assert_eq!(read(&fx, "missing").unwrap_err().kind(), "not_found");
         assert_eq!(
-            read_dir(&fx.policy, "f").unwrap_err().kind(),
+            read_dir(&fx.policy, "f", 10).unwrap_err().kind(),
             "invalid_path"
         );
         assert_eq!(resolve_dir(&fx.policy, "d").unwrap(), fx.ws.join("d"));

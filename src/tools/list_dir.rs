@@ -55,16 +55,13 @@ fn escape_controls(name: &str) -> String {
 
 impl FileTool for ListDir {
     fn run(policy: &Policy, args: Args) -> ToolResult {
-        let (real, mut entries) = match confine::read_dir(policy, &args.path) {
+        let (real, entries, total) = match confine::read_dir(policy, &args.path, MAX_ENTRIES) {
             Ok(listing) => listing,
             Err(e) => return e.into(),
         };
         let shown = confine::display(policy, &real);
-        entries.sort_by(|a, b| a.name.cmp(&b.name));
-        let total = entries.len();
         let names: Vec<String> = entries
             .iter()
-            .take(MAX_ENTRIES)
             .map(|e| {
                 let suffix = match e.kind {
                     EntryKind::Dir => "/",
@@ -160,6 +157,10 @@ mod tests {
         assert!(r.text.contains("[5 more entries not shown"), "{}", r.text);
         assert_eq!(r.content["truncated"], true);
         assert_eq!(r.content["entries"].as_array().unwrap().len(), MAX_ENTRIES);
+        // The first by name, whatever order the directory gives them in.
+        assert_eq!(r.content["entries"][0], "f00000");
+        assert_eq!(r.content["entries"][MAX_ENTRIES - 1], "f00999");
+        assert_eq!(r.content["total"], MAX_ENTRIES + 5);
     }
 
     #[test]
