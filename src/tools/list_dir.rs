@@ -76,7 +76,22 @@ impl FileTool for ListDir {
         } else {
             // One name per line: a name's own line breaks and other control characters are
             // shown escaped, so that a planted name cannot pass for more lines.
-            let lines: Vec<String> = names.iter().map(|n| escape_controls(n)).collect();
+            let lines: Vec<String> = names
+                .iter()
+                .zip(&entries)
+                .map(|(shown, e)| {
+                    let line = escape_controls(shown);
+                    if e.name.to_str().is_some() {
+                        line
+                    } else {
+                        // A path argument is a JSON string: these bytes cannot be sent back.
+                        format!(
+                            "{line}  (name not valid UTF-8, shown with U+FFFD: the file tools \
+                             cannot name it; execute_bash can)"
+                        )
+                    }
+                })
+                .collect();
             lines.join("\n") + "\n"
         };
         if total > MAX_ENTRIES {
@@ -116,6 +131,25 @@ mod tests {
         let r = run(&fx, "d");
         assert_eq!(r.text, "a\\n[all files shown]\\u{1b}[2J\n");
         assert_eq!(r.content["entries"][0], "a\n[all files shown]\u{1b}[2J");
+    }
+
+    // macOS's filesystems refuse names that are not UTF-8.
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn a_name_that_is_not_utf8_says_so() {
+        use std::os::unix::ffi::OsStringExt;
+        let fx = Fixture::new();
+        let d = fx.ws.join("d");
+        std::fs::create_dir(&d).unwrap();
+        let name = std::ffi::OsString::from_vec(b"caf\xe9".to_vec());
+        std::fs::write(d.join(name), "").unwrap();
+        let r = run(&fx, "d");
+        assert!(
+            r.text.starts_with("caf\u{fffd}  (name not valid UTF-8"),
+            "{}",
+            r.text
+        );
+        assert!(r.text.contains("execute_bash can"), "{}", r.text);
     }
 
     #[test]
