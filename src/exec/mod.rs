@@ -290,7 +290,7 @@ fn start_with(
 ) -> Result<Started, SandboxError> {
     #[cfg(not(target_os = "linux"))]
     let _ = wait_for_start;
-    let (launch, call) = Call::split(prepared);
+    let (launch, mut call) = Call::split(prepared);
     let is_bwrap = matches!(launch, Launch::Command { .. });
     let Pipes {
         child_stdin,
@@ -402,6 +402,11 @@ fn start_with(
             }
         }
     };
+    // The command may run from here on: a call dropped now leaves its records to be
+    // repaired, as a killed one does.
+    for after in &mut call.after {
+        after.disarm();
+    }
     Ok(Started {
         call,
         own,
@@ -452,7 +457,7 @@ pub fn start_bwrap_early(
 /// [`crate::sandbox::prepare_started_bwrap`]).
 #[cfg(target_os = "linux")]
 pub fn start_early(early: EarlyStart, prepared: Prepared) -> Result<Started, SandboxError> {
-    let (launch, call) = Call::split(prepared);
+    let (launch, mut call) = Call::split(prepared);
     let Launch::Command {
         program,
         args,
@@ -473,6 +478,11 @@ pub fn start_early(early: EarlyStart, prepared: Prepared) -> Result<Started, San
         .map_err(|e| {
             SandboxError::Unavailable(format!("cannot start {}: {e}", program.display()))
         })?;
+    // The command may run from here on: a call dropped now leaves its records to be
+    // repaired, as a killed one does.
+    for after in &mut call.after {
+        after.disarm();
+    }
     Ok(Started {
         call,
         own: early.own,

@@ -181,10 +181,7 @@ impl CredentialSearch {
         // Only what exists is hidden, and a call may make chitti's state directory (the
         // protected paths' shared record): made now, it is hidden from this call too.
         if std::fs::symlink_metadata(&dirs.state).is_err() {
-            let _ = std::fs::DirBuilder::new()
-                .recursive(true)
-                .mode(0o700)
-                .create(&dirs.state);
+            let _ = make_own_dir(&dirs.state);
         }
         let mut deny_candidates =
             credentials::builtin(&dirs.home, &[dirs.config.clone(), dirs.state.clone()]);
@@ -244,6 +241,35 @@ impl CredentialSearch {
         }
         Ok(deny_read)
     }
+}
+
+/// Makes `dir` and its missing parents, mode 0700, only where the nearest existing one is
+/// the effective user's: root run with another user's `HOME` must not leave directories of
+/// root's in that home (that user's chitti could no longer write its own state).
+pub fn make_own_dir(dir: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::MetadataExt;
+    let euid = nix::unistd::geteuid().as_raw();
+    let existing = dir
+        .ancestors()
+        .find_map(|a| std::fs::symlink_metadata(a).ok().map(|m| (a, m)));
+    if let Some((ancestor, meta)) = existing {
+        if ancestor != dir && meta.uid() != euid {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::PermissionDenied,
+                format!(
+                    "{} belongs to another user (uid {}), so chitti (uid {euid}) does not make \
+                     {} there; set XDG_STATE_HOME to a directory of your own",
+                    ancestor.display(),
+                    meta.uid(),
+                    dir.display()
+                ),
+            ));
+        }
+    }
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir)
 }
 
 /// The resolved policy: everything a backend needs, nothing it must look up again.
@@ -594,6 +620,31 @@ mod tests {
             &std::fs::metadata(&state).unwrap().permissions(),
         ) & 0o777;
         assert_eq!(mode, 0o700);
+    }
+
+    #[test]
+    fn no_directory_is_made_in_a_directory_of_another_user() {
+        let dir = tempfile::tempdir().unwrap();
+        let theirs = dir.path().join("theirs");
+        std::fs::create_dir(&theirs).unwrap();
+        let other = if nix::unistd::geteuid().is_root() {
+            65534
+        } else {
+            0
+        };
+        if nix::unistd::chown(&theirs, Some(nix::unistd::Uid::from_raw(other)), None).is_err() {
+            // Only root may give a directory away; as a user, one of root's stands in.
+            let err = make_own_dir(Path::new("/chitti-test-never-made/state")).unwrap_err();
+            assert!(
+                err.to_string().contains("belongs to another user (uid 0)"),
+                "{err}"
+            );
+            return;
+        }
+        let err = make_own_dir(&theirs.join(".local/state/chitti")).unwrap_err();
+        assert!(err.to_string().contains("set XDG_STATE_HOME"), "{err}");
+        assert!(!theirs.join(".local").exists());
+        make_own_dir(&dir.path().join("mine/state")).unwrap();
     }
 
     #[test]

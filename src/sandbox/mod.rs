@@ -242,9 +242,11 @@ pub trait AfterCall: Send {
     fn fds(&self) -> Vec<std::os::fd::RawFd> {
         Vec::new()
     }
-    /// Called on chitti's copy once a forked supervisor has its own: the work is the
-    /// supervisor's now, and dropping this copy must not undo any of it.
-    fn handed_over(&mut self) {}
+    /// From here on, dropping this without running it counts as a call killed before its
+    /// repairs (what it recorded stays for the next call to repair), not as one that never
+    /// started: called on chitti's copy once a forked supervisor has its own, and once the
+    /// command has started.
+    fn disarm(&mut self) {}
 }
 
 /// The environment of the sandboxed command: the policy's allow-list, the private

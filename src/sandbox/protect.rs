@@ -52,9 +52,9 @@ impl crate::sandbox::AfterCall for Snapshot {
             .collect()
     }
 
-    fn handed_over(&mut self) {
+    fn disarm(&mut self) {
         if let Some(member) = &mut self.member {
-            member.handed_over();
+            member.disarm();
         }
     }
 }
@@ -983,7 +983,7 @@ mod tests {
         std::fs::write(git.join("config"), "old clone\n").unwrap();
         let (pinned, protected) = ([git.clone()], [git.join("config")]);
         let mut crashed = Snapshot::take_shared(state.path(), &pinned, &protected, &[]).unwrap();
-        crate::sandbox::AfterCall::handed_over(&mut crashed);
+        crate::sandbox::AfterCall::disarm(&mut crashed);
         drop(crashed); // its supervisor was killed: its descriptors closed, nothing else
                        // Moved away rather than removed, so that the new directory cannot reuse its inode.
         std::fs::rename(&git, ws.path().join("old")).unwrap();

@@ -39,7 +39,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::ffi::OsString;
 use std::os::fd::{AsRawFd, RawFd};
 use std::os::unix::ffi::{OsStrExt, OsStringExt};
-use std::os::unix::fs::{DirBuilderExt, FileExt, OpenOptionsExt};
+use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -122,7 +122,8 @@ pub struct Member {
     only_mine: bool,
     /// Leaves when dropped without [`Member::leave`]: a call that ends before its command
     /// could start (a set-up error) must not leave its records behind as if it had been
-    /// killed. Off in chitti's copy once a supervisor has its own.
+    /// killed. Off once the command has started, and in chitti's copy once a supervisor
+    /// has its own.
     armed: bool,
 }
 
@@ -164,15 +165,12 @@ fn open_record(dir: &Path) -> std::io::Result<std::fs::File> {
             .create(true)
             .truncate(false)
             .mode(0o600)
-            .custom_flags(libc::O_CLOEXEC | libc::O_NOFOLLOW)
+            .custom_flags(libc::O_CLOEXEC | libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_NOCTTY)
             .open(dir.join("record"))
     };
     let file = match open() {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            std::fs::DirBuilder::new()
-                .recursive(true)
-                .mode(0o700)
-                .create(dir)?;
+            crate::policy::make_own_dir(dir)?;
             open()
         }
         opened => opened,
@@ -184,7 +182,8 @@ fn open_record(dir: &Path) -> std::io::Result<std::fs::File> {
     let euid = unsafe { libc::geteuid() };
     if !meta.is_file() || meta.uid() != euid || meta.mode() & 0o022 != 0 {
         return Err(std::io::Error::other(format!(
-            "{} is not a regular file of user {euid}'s that only they may write; if no \
+            "{} is not a regular file of user {euid}'s that only they may write: if it is \
+             another user's, set XDG_STATE_HOME to a directory of your own; else, if no \
              chitti call is running, remove it",
             dir.join("record").display()
         )));
@@ -304,7 +303,8 @@ fn join_within(state_dir: &Path, patience: Duration) -> Result<Joining, String> 
 fn read_all(file: &std::fs::File) -> std::io::Result<Vec<u8>> {
     use std::io::{Read, Seek};
     let len = usize::try_from(file.metadata()?.len()).unwrap_or(0);
-    let mut stored = Vec::with_capacity(len.saturating_add(1));
+    // A guess, capped: a sparse file's length is no reason to reserve gigabytes.
+    let mut stored = Vec::with_capacity(len.saturating_add(1).min(64 << 20));
     let mut reader = file;
     reader.seek(std::io::SeekFrom::Start(0))?;
     reader.read_to_end(&mut stored)?;
@@ -403,11 +403,12 @@ impl Joining {
         if self.changed {
             let whole = whole_file(&self.records, written.wrapping_add(1));
             let cleared = self.stored.first() != Some(&HOLDS_RECORDS);
+            written = written.wrapping_add(1);
             let saved = if cleared && self.stored.get(HEADER..) == Some(&whole[HEADER..]) {
-                // The last call left this very record: marking it is enough.
-                self.file.write_all_at(&[HOLDS_RECORDS], 0)
+                // The last call left this very record: the header is enough (the generation
+                // moves on all the same, so that no call takes the file for unchanged).
+                self.file.write_all_at(&whole[..HEADER], 0)
             } else {
-                written = written.wrapping_add(1);
                 self.file
                     .write_all_at(&whole, 0)
                     .and_then(|()| self.file.set_len(whole.len() as u64))
@@ -416,7 +417,8 @@ impl Joining {
         }
         lock_byte(&self.file, STEP, libc::F_UNLCK, None)
             .map_err(|e| store_error(&self.dir, "unlock the record", e))?;
-        let only_mine = self.records.values().all(|r| r.members == self.bit);
+        let only_mine =
+            !self.records.is_empty() && self.records.values().all(|r| r.members == self.bit);
         Ok(Member {
             dir: self.dir,
             file: self.file,
@@ -436,8 +438,8 @@ impl Member {
         self.file.as_raw_fd()
     }
 
-    /// This copy is not the one that leaves (see `armed`).
-    pub fn handed_over(&mut self) {
+    /// Dropped from now on, this copy does not leave (see `armed`).
+    pub fn disarm(&mut self) {
         self.armed = false;
     }
 
@@ -653,7 +655,7 @@ mod tests {
 
     /// What a call's supervisor being killed leaves: its descriptors closed, nothing else.
     fn killed(mut member: Member) {
-        member.handed_over();
+        member.disarm();
         drop(member);
     }
 
@@ -819,6 +821,29 @@ mod tests {
         let next = join(state.path()).unwrap();
         assert!(next.recorded(mine).is_none());
         assert!(next.left_over(theirs));
+    }
+
+    /// A call with no records of its own, leaving alone, must not clear what a call that
+    /// joined after it (same records as the last ones, so only the header was written)
+    /// left when it was killed.
+    #[test]
+    fn a_call_without_records_leaving_alone_keeps_a_killed_calls_records() {
+        let state = tempfile::tempdir().unwrap();
+        let path = Path::new("/r/.git/config.worktree");
+        // Two earlier calls leave the file cleared with this very record, of slot 1, in place.
+        let beside = join(state.path()).unwrap().finish().unwrap(); // slot 0, records nothing
+        let mut earlier = join(state.path()).unwrap(); // slot 1
+        earlier.record(path, Before::Absent);
+        let ((), _) = earlier.finish().unwrap().leave(|| ());
+        let ((), _) = beside.leave(|| ());
+        let first = join(state.path()).unwrap().finish().unwrap(); // slot 0, records nothing
+        let mut second = join(state.path()).unwrap(); // slot 1: the same record again
+        second.record(path, Before::Absent);
+        killed(second.finish().unwrap());
+        let ((), trouble) = first.leave(|| ());
+        assert!(trouble.is_none(), "{trouble:?}");
+        let next = join(state.path()).unwrap();
+        assert!(next.left_over(path), "the killed call's record was cleared");
     }
 
     #[test]

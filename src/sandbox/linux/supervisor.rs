@@ -230,7 +230,7 @@ pub fn spawn(
         unsafe { supervisor_main(&spec, &execve, keep, aftermath) }
     }
     for after in &mut spec.after {
-        after.handed_over();
+        after.disarm();
     }
     // Adding the rules (planning them lists directories: 0.1 ms or more) overlaps the
     // supervisor's start and the command's set-up, on another CPU. The ruleset object is
