@@ -28,6 +28,10 @@ struct Entry {
     /// A pinned directory, held open across the call: a renamed one is found again
     /// through it.
     pinned: Option<OwnedFd>,
+    /// `before` was recorded before a call that ended without its repairs, perhaps long
+    /// ago: what is there now may be the user's own later edit, so it is moved aside, not
+    /// overwritten.
+    left_over: bool,
 }
 
 #[derive(Debug, Default)]
@@ -168,17 +172,21 @@ impl Snapshot {
                 path: path.clone(),
                 before,
                 pinned: Some(fd),
+                left_over: false,
             });
         }
         let mut locator = Locator::default();
         for path in protected {
-            let stale = left_over(&shared, path) && replaced.iter().any(|r| path.starts_with(r));
+            let old = left_over(&shared, path);
+            let stale = old && replaced.iter().any(|r| path.starts_with(r));
             let recorded = shared.as_deref().and_then(|s| s.recorded(path)).cloned();
+            let mut adopted_left_over = false;
             let before = match recorded.filter(|_| !stale) {
                 Some(before) => {
                     if let Some(s) = shared.as_deref_mut() {
                         s.adopt(path);
                     }
+                    adopted_left_over = old;
                     before
                 }
                 None => {
@@ -189,7 +197,7 @@ impl Snapshot {
                     now
                 }
             };
-            snapshot.push(path, before);
+            snapshot.push(path, before, adopted_left_over);
         }
         for path in guarded {
             let recorded = shared.as_deref().and_then(|s| s.recorded(path)).cloned();
@@ -206,10 +214,11 @@ impl Snapshot {
                     }
                 }
                 Some(before) => {
+                    let old = left_over(&shared, path);
                     if let Some(s) = shared.as_deref_mut() {
                         s.adopt(path);
                     }
-                    snapshot.push(path, before);
+                    snapshot.push(path, before, old);
                 }
                 None => {}
             }
@@ -217,11 +226,12 @@ impl Snapshot {
         Ok(snapshot)
     }
 
-    fn push(&mut self, path: &Path, before: Before) {
+    fn push(&mut self, path: &Path, before: Before, left_over: bool) {
         self.entries.push(Entry {
             path: path.to_path_buf(),
             before,
             pinned: None,
+            left_over,
         });
     }
 
@@ -296,16 +306,25 @@ impl Snapshot {
                 Before::Pinned { .. } => {}
                 Before::File { bytes, mode } => {
                     if !file_matches(&at, bytes, *mode) {
+                        if entry.left_over && matches!(at.stat(), Ok(Some(_))) {
+                            move_aside(&at, path, "current", &mut repairs);
+                        }
                         repairs.push(match at.replace_file(bytes, *mode) {
-                            Ok(()) => format!("restored {}", path.display()),
+                            Ok(()) => format!("restored {}{}", path.display(), origin(entry)),
                             Err(e) => format!("could not restore {}: {e}", path.display()),
                         });
                     }
                 }
                 Before::Dir { mode, tree } => {
                     let mut failures = Vec::new();
+                    if entry.left_over
+                        && matches!(at.stat(), Ok(Some(_)))
+                        && !dir_matches(&at, *mode, tree)
+                    {
+                        move_aside(&at, path, "current", &mut repairs);
+                    }
                     if restore_dir(&at, path, *mode, tree, &mut failures) {
-                        repairs.push(format!("restored {}", path.display()));
+                        repairs.push(format!("restored {}{}", path.display(), origin(entry)));
                     }
                     repairs.extend(failures);
                 }
@@ -569,6 +588,42 @@ fn quarantine_name(path: &Path) -> PathBuf {
     let mut name = path.file_name().unwrap_or_default().to_os_string();
     name.push(format!(".chitti-quarantine-{}", super::unguessable()));
     path.with_file_name(name)
+}
+
+/// Said of a repair made from a record left over by a call that ended without its repairs.
+fn origin(entry: &Entry) -> &'static str {
+    if entry.left_over {
+        " as it was before a call that ended without its repairs (its supervisor was killed)"
+    } else {
+        ""
+    }
+}
+
+/// Whether the directory holds exactly `tree`, with `mode` (read only: nothing changes).
+fn dir_matches(at: &At, mode: u32, tree: &[TreeItem]) -> bool {
+    let Ok(Some(found)) = at.stat() else {
+        return false;
+    };
+    if !found.is_dir() || found.mode != mode {
+        return false;
+    }
+    let Ok(dir) = at.open_dir() else {
+        return false;
+    };
+    let mut now = Vec::new();
+    walk_any(&dir, Path::new(""), &mut now);
+    if now.len() != tree.len() || !now.iter().all(|rel| tree.iter().any(|i| i.rel == *rel)) {
+        return false;
+    }
+    tree.iter().all(|item| {
+        let Ok(entry) = At::beneath(dir.as_fd(), &item.rel) else {
+            return false;
+        };
+        match &item.contents {
+            None => matches!(entry.stat(), Ok(Some(f)) if f.is_dir() && f.mode == item.mode),
+            Some(bytes) => file_matches(&entry, bytes, item.mode),
+        }
+    })
 }
 
 /// Whether the file holds `bytes` with `mode`, under this one name: a file with another
@@ -969,6 +1024,50 @@ mod tests {
             "[core]\n[remote \"origin\"]\n"
         );
         assert!(long.restore().is_empty());
+    }
+
+    /// A record left by a killed call is put back by the next call in the repository,
+    /// perhaps long after: what it replaces may be the user's own edit since, so that is
+    /// moved aside (next to it, under a quarantine name), never lost.
+    #[test]
+    fn a_left_over_record_put_back_later_keeps_what_it_replaces() {
+        let state = tempfile::tempdir().unwrap();
+        let ws = tempfile::tempdir().unwrap();
+        let git = ws.path().join(".git");
+        std::fs::create_dir_all(git.join("hooks")).unwrap();
+        std::fs::write(git.join("config"), "[core]\n").unwrap();
+        let protected = [git.join("config"), git.join("hooks")];
+        let mut crashed = Snapshot::take_shared(state.path(), &[], &protected, &[]).unwrap();
+        crate::sandbox::AfterCall::disarm(&mut crashed);
+        drop(crashed); // its supervisor was killed
+                       // Later, on the host: the user's own edits.
+        std::fs::write(git.join("config"), "[core]\n[remote \"origin\"]\n").unwrap();
+        std::fs::write(git.join("hooks/pre-push"), "#!/bin/sh\n").unwrap();
+        let mut next = Snapshot::take_shared(state.path(), &[], &protected, &[]).unwrap();
+        let said = next.restore();
+        assert_eq!(
+            std::fs::read_to_string(git.join("config")).unwrap(),
+            "[core]\n"
+        );
+        assert!(!git.join("hooks/pre-push").exists());
+        let kept: Vec<String> = std::fs::read_dir(&git)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .filter(|n| n.contains(".chitti-quarantine-"))
+            .collect();
+        assert_eq!(kept.len(), 2, "{kept:?} {said:?}");
+        let config = kept.iter().find(|n| n.starts_with("config.")).unwrap();
+        assert_eq!(
+            std::fs::read_to_string(git.join(config)).unwrap(),
+            "[core]\n[remote \"origin\"]\n"
+        );
+        let hooks = kept.iter().find(|n| n.starts_with("hooks.")).unwrap();
+        assert!(git.join(hooks).join("pre-push").exists());
+        assert!(
+            said.iter()
+                .any(|l| l.contains("before a call that ended without its repairs")),
+            "{said:?}"
+        );
     }
 
     /// A pinned directory replaced since a call that never finished recorded it (the user
