@@ -14,9 +14,12 @@
 //! from the call that makes it, and a writable root overlapping one is refused). Its first
 //! byte says whether it holds records (`A`) or nothing (`C`, written when the last record
 //! goes; what follows is left in place, so that the next call, alone, need not write the
-//! same record again). Each record names the calls using it, by slot. Locks on the file
-//! (open file description locks, which belong to the call's own open of it, shared with
-//! its supervisor and gone when both are):
+//! same record again); a generation follows, then the records, each naming the calls
+//! using it, by slot. Only its header is written in place (one write of at most nine
+//! bytes); a whole new record is written beside it and renamed over it, so that a call
+//! killed while writing leaves the last one whole. Locks on `protect/lock` (open file
+//! description locks, which belong to the call's own open of it, shared with its
+//! supervisor and gone when both are):
 //! - byte 0, held exclusively for the short steps of joining and leaving, so that these
 //!   never interleave;
 //! - byte 1, held shared by every call from joining until its repairs are done; whoever
@@ -31,9 +34,10 @@
 //! path adopts it: that call's repairs then undo what those commands left behind.
 //!
 //! Calls share the record when they share the state directory: the same user, with the
-//! same `HOME` and `XDG_STATE_HOME`. What this costs a call in a repository is a dozen
-//! system calls: the record is rewritten in place, in a format of chitti's own (JSON took
-//! 0.1 ms for a repository's sample hooks, and a file made and removed per call 0.05 ms).
+//! same `HOME` and `XDG_STATE_HOME`. What this costs a call in a repository alone in it is
+//! some twenty system calls: when the records are the last call's, only the header is
+//! written, in a format of chitti's own (JSON took 0.1 ms for a repository's sample hooks,
+//! and a file made and removed per call 0.05 ms).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::ffi::OsString;
@@ -96,7 +100,7 @@ type Records = BTreeMap<PathBuf, Stored>;
 /// A call joining: the store is locked until [`Joining::finish`].
 pub struct Joining {
     dir: PathBuf,
-    /// The record file, this call's own open of it.
+    /// The lock file, this call's own open of it.
     file: std::fs::File,
     /// What the file held when this call joined, state byte first.
     stored: Vec<u8>,
@@ -157,7 +161,8 @@ fn store_error(dir: &Path, what: &str, e: std::io::Error) -> String {
 /// under a millisecond, so a wait this long means a stopped or hung chitti.
 const PATIENCE: Duration = Duration::from_secs(60);
 
-fn open_record(dir: &Path) -> std::io::Result<std::fs::File> {
+/// The lock file, made if missing (with the state directory).
+fn open_locks(dir: &Path) -> std::io::Result<std::fs::File> {
     let open = || {
         std::fs::OpenOptions::new()
             .read(true)
@@ -166,7 +171,7 @@ fn open_record(dir: &Path) -> std::io::Result<std::fs::File> {
             .truncate(false)
             .mode(0o600)
             .custom_flags(libc::O_CLOEXEC | libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_NOCTTY)
-            .open(dir.join("record"))
+            .open(dir.join("lock"))
     };
     let file = match open() {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
@@ -175,8 +180,14 @@ fn open_record(dir: &Path) -> std::io::Result<std::fs::File> {
         }
         opened => opened,
     }?;
-    // What it holds is put back onto protected paths: only a file of this user's own,
-    // which no one else may write (root run with another user's HOME would find theirs).
+    own_file(&file, &dir.join("lock"))?;
+    Ok(file)
+}
+
+/// Refuses a file that is not a regular file of this user's that only they may write:
+/// what the record holds is put back onto protected paths (and root run with another
+/// user's HOME would find theirs).
+fn own_file(file: &std::fs::File, path: &Path) -> std::io::Result<()> {
     use std::os::unix::fs::MetadataExt;
     let meta = file.metadata()?;
     let euid = unsafe { libc::geteuid() };
@@ -185,10 +196,67 @@ fn open_record(dir: &Path) -> std::io::Result<std::fs::File> {
             "{} is not a regular file of user {euid}'s that only they may write: if it is \
              another user's, set XDG_STATE_HOME to a directory of your own; else, if no \
              chitti call is running, remove it",
-            dir.join("record").display()
+            path.display()
         )));
     }
-    Ok(file)
+    Ok(())
+}
+
+/// The record file opened for reading, or for writing its header; None if there is none.
+fn open_record(dir: &Path, write: bool) -> std::io::Result<Option<std::fs::File>> {
+    let path = dir.join("record");
+    let opened = std::fs::OpenOptions::new()
+        .read(!write)
+        .write(write)
+        .custom_flags(libc::O_CLOEXEC | libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_NOCTTY)
+        .open(&path);
+    match opened {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(e),
+        Ok(file) => {
+            own_file(&file, &path)?;
+            Ok(Some(file))
+        }
+    }
+}
+
+/// Everything the record file holds (nothing if there is none).
+fn read_record(dir: &Path) -> std::io::Result<Vec<u8>> {
+    use std::io::Read;
+    let Some(mut file) = open_record(dir, false)? else {
+        return Ok(Vec::new());
+    };
+    let len = usize::try_from(file.metadata()?.len()).unwrap_or(0);
+    // A guess, capped: a sparse file's length is no reason to reserve gigabytes.
+    let mut stored = Vec::with_capacity(len.saturating_add(1).min(64 << 20));
+    file.read_to_end(&mut stored)?;
+    Ok(stored)
+}
+
+/// Replaces the record file with `whole`, atomically: written beside it, then renamed over
+/// it, so that a call killed while writing leaves the previous record whole.
+fn write_record(dir: &Path, whole: &[u8]) -> std::io::Result<()> {
+    use std::io::Write;
+    let staged = dir.join("record.new");
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .custom_flags(libc::O_CLOEXEC | libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_NOCTTY)
+        .open(&staged)?;
+    own_file(&file, &staged)?;
+    file.write_all(whole)?;
+    std::fs::rename(&staged, dir.join("record"))
+}
+
+/// Writes the first bytes of the record file in place: its state byte, or its header (one
+/// write within a page, which a killed call makes whole or not at all).
+fn write_header(dir: &Path, header: &[u8]) -> std::io::Result<()> {
+    match open_record(dir, true)? {
+        Some(file) => file.write_all_at(header, 0),
+        None => Err(std::io::Error::other("the record file is gone")),
+    }
 }
 
 /// Locks (`F_RDLCK`, `F_WRLCK`) or unlocks (`F_UNLCK`) one byte of `file` for this open
@@ -245,13 +313,13 @@ pub fn join(state_dir: &Path) -> Result<Joining, String> {
 fn join_within(state_dir: &Path, patience: Duration) -> Result<Joining, String> {
     let dir = state_dir.join("protect");
     let locked = (|| {
-        let file = open_record(&dir)?;
+        let file = open_locks(&dir)?;
         lock_byte(&file, STEP, libc::F_WRLCK, Some(patience))?;
         let alone = lock_byte(&file, RUNNING, libc::F_WRLCK, None)?;
         // Atomic for these locks: from exclusive (alone) to shared, or shared at once (no
         // other open holds the byte exclusively without holding STEP, which this one does).
         lock_byte(&file, RUNNING, libc::F_RDLCK, Some(patience))?;
-        let stored = read_all(&file)?;
+        let stored = read_record(&dir)?;
         Ok::<_, std::io::Error>((file, alone, stored))
     })();
     let (file, alone, stored) = locked.map_err(|e| store_error(&dir, "use the record", e))?;
@@ -296,19 +364,6 @@ fn join_within(state_dir: &Path, patience: Duration) -> Result<Joining, String> 
         mine: BTreeSet::new(),
         changed,
     })
-}
-
-/// The whole file, read from its start whatever this open's offset (a call reads it again
-/// when it leaves).
-fn read_all(file: &std::fs::File) -> std::io::Result<Vec<u8>> {
-    use std::io::{Read, Seek};
-    let len = usize::try_from(file.metadata()?.len()).unwrap_or(0);
-    // A guess, capped: a sparse file's length is no reason to reserve gigabytes.
-    let mut stored = Vec::with_capacity(len.saturating_add(1).min(64 << 20));
-    let mut reader = file;
-    reader.seek(std::io::SeekFrom::Start(0))?;
-    reader.read_to_end(&mut stored)?;
-    Ok(stored)
 }
 
 /// The generation in a file's header (0 for a file without one).
@@ -407,11 +462,9 @@ impl Joining {
             let saved = if cleared && self.stored.get(HEADER..) == Some(&whole[HEADER..]) {
                 // The last call left this very record: the header is enough (the generation
                 // moves on all the same, so that no call takes the file for unchanged).
-                self.file.write_all_at(&whole[..HEADER], 0)
+                write_header(&self.dir, &whole[..HEADER])
             } else {
-                self.file
-                    .write_all_at(&whole, 0)
-                    .and_then(|()| self.file.set_len(whole.len() as u64))
+                write_record(&self.dir, &whole)
             };
             saved.map_err(|e| store_error(&self.dir, "save the record", e))?;
         }
@@ -475,13 +528,15 @@ impl Member {
         let alone = lock_byte(file, RUNNING, libc::F_WRLCK, None).map_err(trouble)?;
         if alone && self.only_mine {
             let mut header = [0u8; HEADER];
-            let read = file.read_exact_at(&mut header, 0);
+            let read = open_record(&self.dir, false)
+                .and_then(|f| f.ok_or_else(|| std::io::Error::other("the record file is gone")))
+                .and_then(|f| f.read_exact_at(&mut header, 0));
             if read.is_ok() && header[0] == HOLDS_RECORDS && generation(&header) == self.written {
                 // Nobody rewrote it since: every record in it is this call's alone.
-                return file.write_all_at(&[CLEARED], 0).map_err(trouble);
+                return write_header(&self.dir, &[CLEARED]).map_err(trouble);
             }
         }
-        let stored = read_all(file).map_err(trouble)?;
+        let stored = read_record(&self.dir).map_err(trouble)?;
         let mut records = parse(&self.dir, &stored)?;
         let others = if alone {
             0
@@ -497,14 +552,12 @@ impl Member {
         let before = stored.first().copied();
         if records.is_empty() {
             if before == Some(HOLDS_RECORDS) {
-                file.write_all_at(&[CLEARED], 0).map_err(trouble)?;
+                write_header(&self.dir, &[CLEARED]).map_err(trouble)?;
             }
             return Ok(());
         }
         let whole = whole_file(&records, generation(&stored).wrapping_add(1));
-        file.write_all_at(&whole, 0)
-            .and_then(|()| file.set_len(whole.len() as u64))
-            .map_err(trouble)
+        write_record(&self.dir, &whole).map_err(trouble)
     }
 }
 
@@ -844,6 +897,37 @@ mod tests {
         assert!(trouble.is_none(), "{trouble:?}");
         let next = join(state.path()).unwrap();
         assert!(next.left_over(path), "the killed call's record was cleared");
+    }
+
+    /// A call killed while it wrote a whole record leaves the one before it whole: the new
+    /// one is written beside it (`record.new`) and renamed over it. What such a call left
+    /// beside it neither is read nor stops the next writer.
+    #[test]
+    fn a_record_half_written_beside_by_a_killed_call_changes_nothing() {
+        let state = tempfile::tempdir().unwrap();
+        let config = Path::new("/r/.git/config");
+        let mut first = join(state.path()).unwrap();
+        first.record(config, file("clean"));
+        let first = first.finish().unwrap();
+        // What a writer killed half-way leaves: the staged file, cut short.
+        let record = std::fs::read(state.path().join("protect/record")).unwrap();
+        std::fs::write(
+            state.path().join("protect/record.new"),
+            &record[..record.len() / 2],
+        )
+        .unwrap();
+        let mut second = join(state.path()).unwrap();
+        assert_eq!(second.recorded(config), Some(&file("clean")));
+        second.adopt(config);
+        second.record(Path::new("/r/.git/hooks"), Before::Absent);
+        let second = second.finish().unwrap();
+        let ((), trouble) = first.leave(|| ());
+        assert!(trouble.is_none(), "{trouble:?}");
+        let third = join(state.path()).unwrap();
+        assert_eq!(third.recorded(config), Some(&file("clean")));
+        drop(third);
+        let ((), _) = second.leave(|| ());
+        assert!(!stored_records(state.path()));
     }
 
     #[test]
