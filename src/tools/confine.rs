@@ -73,7 +73,7 @@ impl From<ConfineError> for ToolResult {
     }
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub enum EntryKind {
     File,
     Dir,
@@ -153,37 +153,49 @@ fn first_by_name(
     entries: impl Iterator<Item = io::Result<Entry>>,
     keep: usize,
 ) -> io::Result<(Vec<Entry>, usize)> {
-    struct ByName(Entry);
-    impl PartialEq for ByName {
-        fn eq(&self, other: &Self) -> bool {
-            self.0.name == other.0.name
-        }
-    }
-    impl Eq for ByName {}
-    impl PartialOrd for ByName {
-        fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
-            Some(self.cmp(other))
-        }
-    }
-    impl Ord for ByName {
-        fn cmp(&self, other: &Self) -> std::cmp::Ordering {
-            self.0.name.cmp(&other.0.name)
-        }
-    }
-    // The largest kept name on top, to be dropped when a smaller one comes.
+    // The largest kept name on top, to be dropped when a smaller one comes (names are
+    // unique in a directory: the kind never decides).
     let mut kept = std::collections::BinaryHeap::with_capacity(keep.saturating_add(1).min(4096));
     let mut total = 0;
     for entry in entries {
+        let Entry { name, kind } = entry?;
         total += 1;
-        kept.push(ByName(entry?));
+        kept.push((name, kind));
         if kept.len() > keep {
             kept.pop();
         }
     }
+    let kept = kept.into_sorted_vec().into_iter();
     Ok((
-        kept.into_sorted_vec().into_iter().map(|e| e.0).collect(),
+        kept.map(|(name, kind)| Entry { name, kind }).collect(),
         total,
     ))
+}
+
+/// A directory's entries as the file tools see them (links not followed), the first
+/// `keep` by name, and how many there are.
+fn listing(dir: std::fs::ReadDir, keep: usize) -> io::Result<(Vec<Entry>, usize)> {
+    let entries = dir.map(|entry| {
+        let entry = entry?;
+        Ok(Entry {
+            kind: entry.file_type()?.into(),
+            name: entry.file_name(),
+        })
+    });
+    first_by_name(entries, keep)
+}
+
+/// Why an existing entry is not opened for writing (an errno `open_write` puts in words),
+/// or None for a file it may write. Writing one name of a file with several writes them
+/// all, protected ones too (a sandboxed command may link `.git/config` into the workspace).
+fn write_refusal(kind: EntryKind, other_names: bool) -> Option<i32> {
+    match kind {
+        EntryKind::File if other_names => Some(libc::EMLINK),
+        EntryKind::File => None,
+        EntryKind::Symlink => Some(libc::ELOOP),
+        EntryKind::Dir => Some(libc::EISDIR),
+        EntryKind::Other => Some(libc::ENXIO),
+    }
 }
 
 /// Where a directory inside the workspace really is (for a command's working directory).
@@ -564,13 +576,7 @@ mod sys {
         }
 
         pub fn kind(&self) -> io::Result<EntryKind> {
-            let mode = fstat(&self.0)?.st_mode & libc::S_IFMT;
-            Ok(match mode {
-                libc::S_IFREG => EntryKind::File,
-                libc::S_IFDIR => EntryKind::Dir,
-                libc::S_IFLNK => EntryKind::Symlink,
-                _ => EntryKind::Other,
-            })
+            Ok(kind_of(fstat(&self.0)?.st_mode))
         }
 
         /// Opens the very object this descriptor names, for reading: its /proc link
@@ -596,14 +602,7 @@ mod sys {
 
         /// The first `keep` entries by name, and how many there are.
         pub fn entries(&self, keep: usize) -> io::Result<(Vec<Entry>, usize)> {
-            let entries = std::fs::read_dir(self.proc_path())?.map(|entry| {
-                let entry = entry?;
-                Ok(Entry {
-                    kind: entry.file_type()?.into(),
-                    name: entry.file_name(),
-                })
-            });
-            super::first_by_name(entries, keep)
+            super::listing(std::fs::read_dir(self.proc_path())?, keep)
         }
 
         /// Makes directory `name` here; one that appeared meanwhile is fine.
@@ -633,16 +632,8 @@ mod sys {
             // Named first (O_PATH opens nothing), then opened through that very name.
             let flags = OFlag::O_PATH | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
             let existing = Node(nix::fcntl::openat(&self.0, name, flags, Mode::empty())?);
-            let refusal = match existing.kind()? {
-                // Writing one name of a file with several writes them all, protected ones
-                // too (a sandboxed command may link `.git/config` into the workspace).
-                EntryKind::File if fstat(&existing.0)?.st_nlink > 1 => Some(libc::EMLINK),
-                EntryKind::File => None,
-                EntryKind::Symlink => Some(libc::ELOOP),
-                EntryKind::Dir => Some(libc::EISDIR),
-                EntryKind::Other => Some(libc::ENXIO),
-            };
-            if let Some(errno) = refusal {
+            let st = fstat(&existing.0)?;
+            if let Some(errno) = super::write_refusal(kind_of(st.st_mode), st.st_nlink > 1) {
                 return Err(io::Error::from_raw_os_error(errno));
             }
             let access = match mode {
@@ -654,6 +645,15 @@ mod sys {
 
         fn proc_path(&self) -> PathBuf {
             PathBuf::from(format!("/proc/self/fd/{}", self.0.as_raw_fd()))
+        }
+    }
+
+    fn kind_of(mode: libc::mode_t) -> EntryKind {
+        match mode & libc::S_IFMT {
+            libc::S_IFREG => EntryKind::File,
+            libc::S_IFDIR => EntryKind::Dir,
+            libc::S_IFLNK => EntryKind::Symlink,
+            _ => EntryKind::Other,
         }
     }
 }
@@ -713,14 +713,7 @@ mod sys {
 
         /// The first `keep` entries by name, and how many there are.
         pub fn entries(&self, keep: usize) -> io::Result<(Vec<Entry>, usize)> {
-            let entries = std::fs::read_dir(&self.0)?.map(|entry| {
-                let entry = entry?;
-                Ok(Entry {
-                    kind: entry.file_type()?.into(),
-                    name: entry.file_name(),
-                })
-            });
-            super::first_by_name(entries, keep)
+            super::listing(std::fs::read_dir(&self.0)?, keep)
         }
 
         pub fn mkdir(&self, name: &OsStr) -> io::Result<()> {
@@ -758,14 +751,10 @@ mod sys {
     fn refuse_non_files(path: &Path) -> io::Result<()> {
         use std::os::unix::fs::MetadataExt;
         let meta = std::fs::symlink_metadata(path)?;
-        let errno = match EntryKind::from(meta.file_type()) {
-            EntryKind::File if meta.nlink() > 1 => libc::EMLINK,
-            EntryKind::File => return Ok(()),
-            EntryKind::Symlink => libc::ELOOP,
-            EntryKind::Dir => libc::EISDIR,
-            EntryKind::Other => libc::ENXIO,
-        };
-        Err(io::Error::from_raw_os_error(errno))
+        match super::write_refusal(meta.file_type().into(), meta.nlink() > 1) {
+            None => Ok(()),
+            Some(errno) => Err(io::Error::from_raw_os_error(errno)),
+        }
     }
 }
 
