@@ -161,6 +161,10 @@ fn store_error(dir: &Path, what: &str, e: std::io::Error) -> String {
 /// under a millisecond, so a wait this long means a stopped or hung chitti.
 const PATIENCE: Duration = Duration::from_secs(60);
 
+/// How the store's files are opened: never through a symlink, never blocking (on a FIFO
+/// put there), never as a terminal, never inherited by a command.
+const OPEN_FLAGS: i32 = libc::O_CLOEXEC | libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_NOCTTY;
+
 /// The lock file, made if missing (with the state directory).
 fn open_locks(dir: &Path) -> std::io::Result<std::fs::File> {
     let open = || {
@@ -170,7 +174,7 @@ fn open_locks(dir: &Path) -> std::io::Result<std::fs::File> {
             .create(true)
             .truncate(false)
             .mode(0o600)
-            .custom_flags(libc::O_CLOEXEC | libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_NOCTTY)
+            .custom_flags(OPEN_FLAGS)
             .open(dir.join("lock"))
     };
     let file = match open() {
@@ -208,7 +212,7 @@ fn open_record(dir: &Path, write: bool) -> std::io::Result<Option<std::fs::File>
     let opened = std::fs::OpenOptions::new()
         .read(!write)
         .write(write)
-        .custom_flags(libc::O_CLOEXEC | libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_NOCTTY)
+        .custom_flags(OPEN_FLAGS)
         .open(&path);
     match opened {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
@@ -243,7 +247,7 @@ fn write_record(dir: &Path, whole: &[u8]) -> std::io::Result<()> {
         .create(true)
         .truncate(true)
         .mode(0o600)
-        .custom_flags(libc::O_CLOEXEC | libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_NOCTTY)
+        .custom_flags(OPEN_FLAGS)
         .open(&staged)?;
     own_file(&file, &staged)?;
     file.write_all(whole)?;
@@ -366,12 +370,17 @@ fn join_within(state_dir: &Path, patience: Duration) -> Result<Joining, String> 
     })
 }
 
+/// Whether the file is of the first format, which had no generation after its state byte.
+fn first_format(stored: &[u8]) -> bool {
+    stored
+        .get(1..)
+        .is_some_and(|body| body.starts_with(MAGIC_1))
+}
+
 /// The generation in a file's header (0 for a file without one).
 fn generation(stored: &[u8]) -> u64 {
     match stored.get(1..HEADER) {
-        Some(n) if !stored[1..].starts_with(MAGIC_1) => {
-            u64::from_le_bytes(n.try_into().unwrap_or_default())
-        }
+        Some(n) if !first_format(stored) => u64::from_le_bytes(n.try_into().unwrap_or_default()),
         _ => 0,
     }
 }
@@ -388,8 +397,7 @@ fn parse(dir: &Path, stored: &[u8]) -> Result<Records, String> {
     };
     match stored.split_first() {
         None | Some((&CLEARED, _)) => Ok(Records::new()),
-        // The first format had no generation.
-        Some((&HOLDS_RECORDS, body)) if body.starts_with(MAGIC_1) => {
+        Some((&HOLDS_RECORDS, body)) if first_format(stored) => {
             decode(body).ok_or_else(|| unreadable("its records do not parse"))
         }
         Some((&HOLDS_RECORDS, _)) => stored
@@ -456,9 +464,9 @@ impl Joining {
     pub fn finish(self) -> Result<Member, String> {
         let mut written = generation(&self.stored);
         if self.changed {
-            let whole = whole_file(&self.records, written.wrapping_add(1));
-            let cleared = self.stored.first() != Some(&HOLDS_RECORDS);
             written = written.wrapping_add(1);
+            let whole = whole_file(&self.records, written);
+            let cleared = self.stored.first() != Some(&HOLDS_RECORDS);
             let saved = if cleared && self.stored.get(HEADER..) == Some(&whole[HEADER..]) {
                 // The last call left this very record: the header is enough (the generation
                 // moves on all the same, so that no call takes the file for unchanged).
