@@ -240,6 +240,14 @@ struct Call {
 }
 
 impl Call {
+    /// From here on the command may run: a call dropped now leaves its records to be
+    /// repaired, as a killed one does (see `AfterCall::disarm`).
+    fn command_may_run(&mut self) {
+        for after in &mut self.after {
+            after.disarm();
+        }
+    }
+
     fn split(prepared: Prepared) -> (Launch, Call) {
         let Prepared {
             backend,
@@ -402,11 +410,7 @@ fn start_with(
             }
         }
     };
-    // The command may run from here on: a call dropped now leaves its records to be
-    // repaired, as a killed one does.
-    for after in &mut call.after {
-        after.disarm();
-    }
+    call.command_may_run();
     Ok(Started {
         call,
         own,
@@ -478,11 +482,7 @@ pub fn start_early(early: EarlyStart, prepared: Prepared) -> Result<Started, San
         .map_err(|e| {
             SandboxError::Unavailable(format!("cannot start {}: {e}", program.display()))
         })?;
-    // The command may run from here on: a call dropped now leaves its records to be
-    // repaired, as a killed one does.
-    for after in &mut call.after {
-        after.disarm();
-    }
+    call.command_may_run();
     Ok(Started {
         call,
         own: early.own,
