@@ -39,18 +39,15 @@ impl ToolSpec for ListDir {
 
 /// `name` with its control characters escaped (`\n`, `\u{1b}`), the rest as it is.
 fn escape_controls(name: &str) -> String {
-    if !name.chars().any(char::is_control) {
-        return name.to_string();
+    let mut out = String::with_capacity(name.len());
+    for c in name.chars() {
+        if c.is_control() {
+            out.extend(c.escape_default());
+        } else {
+            out.push(c);
+        }
     }
-    name.chars()
-        .map(|c| {
-            if c.is_control() {
-                c.escape_default().to_string()
-            } else {
-                c.to_string()
-            }
-        })
-        .collect()
+    out
 }
 
 impl FileTool for ListDir {
