@@ -714,6 +714,13 @@ mod tests {
         std::fs::read(state.join("protect/record")).unwrap()[0] == HOLDS_RECORDS
     }
 
+    /// A call that has joined, recording what `path` held (`before`).
+    fn recording(state: &Path, path: &Path, before: Before) -> Member {
+        let mut call = join(state).unwrap();
+        call.record(path, before);
+        call.finish().unwrap()
+    }
+
     /// What a call's supervisor being killed leaves: its descriptors closed, nothing else.
     fn killed(mut member: Member) {
         member.disarm();
@@ -779,9 +786,7 @@ mod tests {
         assert_eq!(again.recorded(config), Some(&file("clean")));
         drop(again);
         let ((), _) = fresh.leave(|| ());
-        let mut changed = join(state.path()).unwrap();
-        changed.record(config, file("edited since"));
-        let changed = changed.finish().unwrap();
+        let changed = recording(state.path(), config, file("edited since"));
         let check = join(state.path()).unwrap();
         assert_eq!(check.recorded(config), Some(&file("edited since")));
         drop(check);
@@ -792,9 +797,7 @@ mod tests {
     fn a_record_left_by_a_call_that_never_left_is_adopted_and_said_to_be() {
         let state = tempfile::tempdir().unwrap();
         let config = Path::new("/repo/.git/config");
-        let mut crashed = join(state.path()).unwrap();
-        crashed.record(config, file("clean"));
-        let crashed = crashed.finish().unwrap();
+        let crashed = recording(state.path(), config, file("clean"));
         // Its supervisor was killed: the lock goes with the descriptor, the record stays.
         killed(crashed);
 
@@ -814,12 +817,8 @@ mod tests {
     fn a_record_goes_with_the_last_call_using_it_whatever_else_runs() {
         let state = tempfile::tempdir().unwrap();
         let (one, two) = (Path::new("/r1/.git/config"), Path::new("/r2/.git/config"));
-        let mut long = join(state.path()).unwrap();
-        long.record(one, file("r1"));
-        let long = long.finish().unwrap();
-        let mut short = join(state.path()).unwrap();
-        short.record(two, file("before the host's edit"));
-        let short = short.finish().unwrap();
+        let long = recording(state.path(), one, file("r1"));
+        let short = recording(state.path(), two, file("before the host's edit"));
         let ((), trouble) = short.leave(|| ());
         assert!(trouble.is_none(), "{trouble:?}");
         // The user edits r2's config on the host; the next call there must not undo it.
@@ -838,12 +837,8 @@ mod tests {
     fn a_record_left_over_stays_until_a_call_for_its_path_adopts_it() {
         let state = tempfile::tempdir().unwrap();
         let (one, two) = (Path::new("/r1/.git/config"), Path::new("/r2/.git/config"));
-        let mut running = join(state.path()).unwrap();
-        running.record(two, file("r2"));
-        let running = running.finish().unwrap();
-        let mut crashed = join(state.path()).unwrap();
-        crashed.record(one, file("clean r1"));
-        let crashed = crashed.finish().unwrap();
+        let running = recording(state.path(), two, file("r2"));
+        let crashed = recording(state.path(), one, file("clean r1"));
         killed(crashed); // its slot's lock went with its descriptors
         let elsewhere = join(state.path()).unwrap();
         assert!(elsewhere.left_over(one), "found while another call runs");
@@ -851,9 +846,7 @@ mod tests {
         drop(elsewhere);
         let ((), _) = running.leave(|| ());
         // Alone, in r2: its own record comes and goes, r1's stays.
-        let mut alone = join(state.path()).unwrap();
-        alone.record(two, file("r2"));
-        let alone = alone.finish().unwrap();
+        let alone = recording(state.path(), two, file("r2"));
         let ((), _) = alone.leave(|| ());
         assert!(stored_records(state.path()));
         let mut in_one = join(state.path()).unwrap();
@@ -871,9 +864,7 @@ mod tests {
     fn a_call_leaving_alone_keeps_what_a_killed_call_added_meanwhile() {
         let state = tempfile::tempdir().unwrap();
         let (mine, theirs) = (Path::new("/r1/.git/config"), Path::new("/r2/.git/config"));
-        let mut first = join(state.path()).unwrap();
-        first.record(mine, file("r1"));
-        let first = first.finish().unwrap();
+        let first = recording(state.path(), mine, file("r1"));
         let mut second = join(state.path()).unwrap();
         second.record(theirs, file("r2"));
         killed(second.finish().unwrap());
@@ -914,9 +905,7 @@ mod tests {
     fn a_record_half_written_beside_by_a_killed_call_changes_nothing() {
         let state = tempfile::tempdir().unwrap();
         let config = Path::new("/r/.git/config");
-        let mut first = join(state.path()).unwrap();
-        first.record(config, file("clean"));
-        let first = first.finish().unwrap();
+        let first = recording(state.path(), config, file("clean"));
         // What a writer killed half-way leaves: the staged file, cut short.
         let record = std::fs::read(state.path().join("protect/record")).unwrap();
         std::fs::write(
