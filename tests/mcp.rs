@@ -32,6 +32,13 @@ impl Server {
     }
 
     async fn start_in(fx: Fixture, extra: &[&str]) -> Server {
+        Server::start_limited(fx, extra, None).await
+    }
+
+    /// With `max_file_bytes`, the server runs under that file size limit
+    /// (`RLIMIT_FSIZE`), with `SIGXFSZ` ignored: a write past it fails with EFBIG, as
+    /// one to a full disk fails with ENOSPC.
+    async fn start_limited(fx: Fixture, extra: &[&str], max_file_bytes: Option<u64>) -> Server {
         let secret = marker("ssh-key");
         write(&fx.home.join(".ssh/id_ed25519"), &format!("{secret}\n"));
         let mut cmd = tokio::process::Command::new(chitti_bin());
@@ -44,6 +51,23 @@ impl Server {
             .env("PATH", PATH)
             .env("HOME", &fx.home)
             .env("LANG", "C.UTF-8");
+        if let Some(limit) = max_file_bytes {
+            // SAFETY: only async-signal-safe system calls between fork and exec.
+            unsafe {
+                cmd.pre_exec(move || {
+                    let rlimit = libc::rlimit {
+                        rlim_cur: limit,
+                        rlim_max: limit,
+                    };
+                    if libc::setrlimit(libc::RLIMIT_FSIZE, &rlimit) != 0
+                        || libc::signal(libc::SIGXFSZ, libc::SIG_IGN) == libc::SIG_ERR
+                    {
+                        return Err(std::io::Error::last_os_error());
+                    }
+                    Ok(())
+                });
+            }
+        }
         let (transport, _) = TokioChildProcess::builder(cmd)
             .stderr(Stdio::null())
             .spawn()
@@ -556,6 +580,74 @@ async fn file_tools_are_confined_to_the_workspace() {
     }
     let r = server.call("list_dir", json!({"path": "../.."})).await;
     assert!(r.is_error, "{r:?}");
+}
+
+/// A write that fails part-way (here past a file size limit; a full disk or a quota
+/// fails the same way) leaves nothing half-done: a replaced or edited file keeps its old
+/// content, a new one is not left behind, and no temporary file stays.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_write_that_fails_part_way_leaves_the_file_as_it_was() {
+    const LIMIT: u64 = 1 << 20;
+    let fx = Fixture::new();
+    let original = format!("keep me\n{}\n", "line of text\n".repeat(100));
+    write(&fx.ws("kept.txt"), &original);
+    write(&fx.ws("edited.txt"), &original);
+    let server = Server::start_limited(fx, &["--allow-write-tools"], Some(LIMIT)).await;
+    let too_big = "x".repeat(2 * LIMIT as usize);
+
+    let r = server
+        .call(
+            "write_file",
+            json!({"path": "kept.txt", "content": too_big}),
+        )
+        .await;
+    assert!(r.is_error, "a write past the limit succeeded: {}", r.text);
+    assert!(r.text.contains("left as it was"), "{}", r.text);
+    assert_eq!(
+        read(&server.fx.ws("kept.txt")),
+        original,
+        "write_file cut it short"
+    );
+
+    let r = server
+        .call(
+            "edit_file",
+            json!({"path": "edited.txt", "old_string": "keep me", "new_string": too_big}),
+        )
+        .await;
+    assert!(r.is_error, "an edit past the limit succeeded: {}", r.text);
+    assert_eq!(
+        read(&server.fx.ws("edited.txt")),
+        original,
+        "edit_file cut it short"
+    );
+
+    let r = server
+        .call("write_file", json!({"path": "new.txt", "content": too_big}))
+        .await;
+    assert!(r.is_error, "{}", r.text);
+    assert!(r.text.contains("not created"), "{}", r.text);
+    assert!(
+        !server.fx.ws("new.txt").exists(),
+        "a half-written new file was left"
+    );
+
+    let left: Vec<_> = std::fs::read_dir(server.fx.ws("."))
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .filter(|n| n.to_string_lossy().starts_with(".chitti-write-"))
+        .collect();
+    assert!(left.is_empty(), "temporary files left: {left:?}");
+
+    // Within the limit the same server writes.
+    let r = server
+        .call(
+            "write_file",
+            json!({"path": "kept.txt", "content": "small\n"}),
+        )
+        .await;
+    assert!(!r.is_error, "{}", r.text);
+    assert_eq!(read(&server.fx.ws("kept.txt")), "small\n");
 }
 
 #[test]

@@ -1,7 +1,7 @@
 //! `edit_file`: replaces one exact, unique occurrence of a string. Uniqueness is what
 //! makes the edit safe to apply without line numbers that may have moved.
 
-use std::io::{Read, Seek, Write};
+use std::io::Read;
 
 use schemars::JsonSchema;
 use serde::Deserialize;
@@ -124,13 +124,8 @@ impl FileTool for EditFile {
             args.new_string,
             &original[at + args.old_string.len()..]
         );
-        let written = opened
-            .file
-            .set_len(0)
-            .and_then(|()| opened.file.rewind())
-            .and_then(|()| opened.file.write_all(edited.as_bytes()));
-        if let Err(e) = written {
-            return fail("write", e);
+        if let Err(e) = opened.write_whole(edited.as_bytes()) {
+            return ToolResult::error(format!("cannot write `{shown}`: {e}"));
         }
         let diff = diff_snippet(&original, at, &args.old_string, &args.new_string);
         ToolResult::success(
@@ -256,6 +251,24 @@ mod tests {
             "@@ -4,5 +4,6 @@\n \n fn b() {\n-    two();\n+    three();\n+    four();\n     one();\n }\n"
         );
         assert!(r.text.contains("-    two();\n+    three();"), "{}", r.text);
+    }
+
+    /// The edited text replaces the file as a whole copy renamed over it (see
+    /// `write_file`), with the file's permissions.
+    #[test]
+    fn an_edit_replaces_the_file_by_a_copy_with_its_permissions() {
+        use std::os::unix::fs::{MetadataExt, PermissionsExt};
+        let fx = Fixture::new();
+        let path = fx.ws.join("f.rs");
+        std::fs::write(&path, TEXT).unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o750)).unwrap();
+        let inode = std::fs::metadata(&path).unwrap().ino();
+        let r = edit(&fx, "two();", "three();");
+        assert!(r.ok, "{}", r.text);
+        let after = std::fs::metadata(&path).unwrap();
+        assert_ne!(after.ino(), inode, "rewritten in place");
+        assert_eq!(after.mode() & 0o7777, 0o750);
+        assert_eq!(content(&fx), TEXT.replace("two();", "three();"));
     }
 
     #[test]
