@@ -650,6 +650,65 @@ async fn a_write_that_fails_part_way_leaves_the_file_as_it_was() {
     assert_eq!(read(&server.fx.ws("kept.txt")), "small\n");
 }
 
+/// A call waiting for the protected paths' record, which another chitti call holds (one
+/// stopped with Ctrl-Z, say; the wait lasts up to a minute), does not stop the server:
+/// other requests are answered meanwhile, and the call goes on once the record is free.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_waiting_for_the_record_does_not_stop_the_server() {
+    use std::os::fd::AsRawFd;
+    let fx = Fixture::new();
+    fx.init_repo("first");
+    let server = Server::start_in(fx, &[]).await;
+    // A first call makes the state directory and its lock file.
+    let r = server.bash("true").await;
+    assert!(!r.is_error, "{r:?}");
+    let lock_file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(server.fx.home.join(".local/state/chitti/protect/lock"))
+        .expect("the record's lock file");
+    // Byte 0 is held by a call joining or leaving: as another chitti stuck there would.
+    let mut lock: libc::flock = unsafe { std::mem::zeroed() };
+    lock.l_type = libc::F_WRLCK as libc::c_short;
+    lock.l_whence = libc::SEEK_SET as libc::c_short;
+    lock.l_len = 1;
+    let held = unsafe { libc::fcntl(lock_file.as_raw_fd(), libc::F_OFD_SETLK, &lock) };
+    assert_eq!(held, 0, "lock: {}", std::io::Error::last_os_error());
+
+    let peer = server.client.peer().clone();
+    let waiting = tokio::spawn(async move {
+        peer.call_tool(Server::request(
+            "execute_bash",
+            json!({"command": "echo > waited"}),
+        ))
+        .await
+    });
+    // Time for the server to reach the lock; were it slower, the test could only pass.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let answered = tokio::time::timeout(
+        Duration::from_secs(20),
+        server.call("list_dir", json!({"path": "."})),
+    )
+    .await;
+    assert!(
+        !server.fx.ws("waited").exists(),
+        "the command ran while the record was locked"
+    );
+    let r = answered.expect("the server stopped answering while a call waited for the record");
+    assert!(!r.is_error && r.text.contains("README"), "{r:?}");
+
+    lock.l_type = libc::F_UNLCK as libc::c_short;
+    unsafe { libc::fcntl(lock_file.as_raw_fd(), libc::F_OFD_SETLK, &lock) };
+    let r = tokio::time::timeout(Duration::from_secs(30), waiting)
+        .await
+        .expect("the waiting call did not go on once the record was free")
+        .unwrap()
+        .expect("the waiting call got no result");
+    let r = Called::from(r);
+    assert!(!r.is_error, "{r:?}");
+    assert!(server.fx.ws("waited").exists(), "the command never ran");
+}
+
 #[test]
 fn set_up_failures_exit_125_before_serving() {
     let fx = Fixture::new();

@@ -6,6 +6,7 @@
 
 use std::ffi::OsString;
 use std::future::Future;
+use std::sync::Arc;
 use std::time::Duration;
 
 use schemars::JsonSchema;
@@ -14,7 +15,7 @@ use serde_json::json;
 
 use super::{confine, ToolResult, ToolSpec, Toolbox};
 use crate::exec::{self, Captured, Input, Outcome, Output};
-use crate::sandbox::{self, Backend};
+use crate::sandbox::{self, Backend, SandboxError};
 
 /// The longest a single call may run, whatever the profile or the model asks.
 pub const MAX_TIMEOUT: Duration = Duration::from_secs(600);
@@ -94,8 +95,15 @@ pub async fn run(toolbox: &Toolbox, args: Args, cancel: impl Future<Output = ()>
 
     let command: Vec<OsString> = vec!["bash".into(), "-c".into(), args.command.into()];
     let outcome = async {
-        let prepared =
-            sandbox::prepare_in_session(backend, policy, &command, &cwd, &toolbox.session)?;
+        // Off the async thread: preparing may wait (up to a minute, for another chitti
+        // call holding the protected paths' record), and a server must go on serving
+        // and hearing cancellations meanwhile.
+        let (policy, session) = (Arc::clone(&toolbox.policy), Arc::clone(&toolbox.session));
+        let prepared = tokio::task::spawn_blocking(move || {
+            sandbox::prepare_in_session(backend, &policy, &command, &cwd, &session)
+        })
+        .await
+        .map_err(|e| SandboxError::Unavailable(format!("preparing the sandbox failed: {e}")))??;
         let output = Output::Capture {
             max_bytes: toolbox.output_cap,
         };
