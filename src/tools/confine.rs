@@ -22,6 +22,7 @@ use std::path::{Component, Path, PathBuf};
 
 use serde_json::json;
 
+pub use super::replace::WriteFailed;
 use super::ToolResult;
 use crate::policy::{canonical_or_lexical, Policy};
 
@@ -110,20 +111,6 @@ pub struct Opened {
     pub path: PathBuf,
     /// Whether this call created it.
     pub created: bool,
-}
-
-/// Why [`Writable::write_whole`] failed, and what became of the file.
-#[derive(Debug)]
-pub struct WriteFailed {
-    pub error: io::Error,
-    /// "it was not created", "it was left as it was", or that it may be cut short.
-    pub left: &'static str,
-}
-
-impl std::fmt::Display for WriteFailed {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{}; {}", self.error, self.left)
-    }
 }
 
 /// A file opened inside the workspace for writing; [`Writable::write_whole`] gives it its
@@ -298,72 +285,14 @@ pub fn open_write(policy: &Policy, path: &str, mode: WriteMode) -> Result<Writab
 }
 
 impl Writable {
-    /// Makes `content` the file's whole content, so that a write that fails (a full disk,
-    /// a quota, a file size limit) leaves nothing half-done: an existing file is replaced
-    /// by a complete copy renamed over it, which a reader also never sees half-written,
-    /// and a file this call created is removed again.
-    ///
-    /// A copy must keep what the file was: its permissions, its owner and group (given
-    /// back where chitti may, as root may), and no extended attributes, since ACLs and
-    /// security labels cannot all be copied faithfully. Where it cannot (attributes,
-    /// another owner, a directory chitti may not add to), the file is rewritten in place
-    /// as any editor would, and only then can a failed write leave it cut short.
+    /// Makes `content` the file's whole content, leaving nothing half-done where it can
+    /// (see `replace`).
     pub fn write_whole(mut self, content: &[u8]) -> Result<(), WriteFailed> {
-        use std::io::{Seek, Write};
-        let failed = |error, left| WriteFailed { error, left };
-        if self.created {
-            return self.file.write_all(content).map_err(|e| {
-                let _ = self.parent.remove_if_same(&self.name, &self.file);
-                failed(e, "it was not created")
-            });
-        }
-        match self.replace_by_copy(content) {
-            Ok(true) => return Ok(()),
-            Ok(false) => {}
-            Err(e) => return Err(failed(e, "it was left as it was")),
-        }
-        self.file
-            .set_len(0)
-            .and_then(|()| self.file.rewind())
-            .and_then(|()| self.file.write_all(content))
-            .map_err(|e| failed(e, "it was rewritten in place and may now be cut short"))
-    }
-
-    /// Writes `content` to a new file beside this one and renames it over this one.
-    /// False, with nothing changed, when the copy could not be faithful.
-    fn replace_by_copy(&self, content: &[u8]) -> io::Result<bool> {
-        use std::io::Write;
-        use std::os::unix::fs::{MetadataExt, PermissionsExt};
-        let was = self.file.metadata()?;
-        if sys::has_extended_attributes(&self.file)? {
-            return Ok(false);
-        }
-        let (mut copy, temp) = match self.parent.create_temp() {
-            Ok(made) => made,
-            Err(e) if matches!(e.raw_os_error(), Some(libc::EACCES | libc::EPERM)) => {
-                return Ok(false)
-            }
-            Err(e) => return Err(e),
-        };
-        let replaced = (|| {
-            let own = copy.metadata()?;
-            if (own.uid(), own.gid()) != (was.uid(), was.gid()) {
-                match std::os::unix::fs::fchown(&copy, Some(was.uid()), Some(was.gid())) {
-                    Err(e) if e.raw_os_error() == Some(libc::EPERM) => return Ok(false),
-                    other => other?,
-                }
-            }
-            // Permission bits only: set-user-ID and set-group-ID are not carried over to
-            // content chitti wrote.
-            copy.set_permissions(std::fs::Permissions::from_mode(was.mode() & 0o777))?;
-            copy.write_all(content)?;
-            self.parent.rename(&temp, &self.name)?;
-            Ok(true)
-        })();
-        if !matches!(replaced, Ok(true)) {
-            let _ = self.parent.remove(&temp);
-        }
-        replaced
+        let dir = self.parent.dir_fd().map_err(|error| WriteFailed {
+            error,
+            left: "it was left as it was",
+        })?;
+        super::replace::write_whole(dir, &self.name, &mut self.file, self.created, content)
     }
 }
 
@@ -374,14 +303,6 @@ pub fn display(policy: &Policy, real: &Path) -> String {
         Ok(rel) => rel.display().to_string(),
         Err(_) => real.display().to_string(),
     }
-}
-
-/// A name for a replacement being written, unused so far in this process: hidden, and
-/// saying whose it is, should a killed call leave it behind.
-fn temp_name() -> OsString {
-    static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
-    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    OsString::from(format!(".chitti-write-{}-{n}", std::process::id()))
 }
 
 /// The longest path the file tools accept (Linux's PATH_MAX).
@@ -621,10 +542,10 @@ fn lexical(path: &Path) -> PathBuf {
 mod sys {
     //! openat2(2) beneath a directory descriptor; nothing is looked up by name twice.
 
-    use std::ffi::{OsStr, OsString};
+    use std::ffi::OsStr;
     use std::fs::File;
     use std::io;
-    use std::os::fd::{AsRawFd, OwnedFd};
+    use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
     use std::path::{Path, PathBuf};
 
     use nix::errno::Errno;
@@ -640,16 +561,6 @@ mod sys {
     /// FIFO or a device has no side effect, and it anchors further lookups.
     #[derive(Debug)]
     pub struct Node(OwnedFd);
-
-    /// Whether the open file has extended attributes (ACLs, security labels, user ones).
-    pub fn has_extended_attributes(file: &File) -> io::Result<bool> {
-        let size = unsafe { libc::flistxattr(file.as_raw_fd(), std::ptr::null_mut(), 0) };
-        match size {
-            -1 if io::Error::last_os_error().raw_os_error() == Some(libc::ENOTSUP) => Ok(false),
-            -1 => Err(io::Error::last_os_error()),
-            size => Ok(size > 0),
-        }
-    }
 
     impl Node {
         pub fn root(dir: &Path) -> io::Result<Node> {
@@ -764,53 +675,9 @@ mod sys {
             Ok((existing.reopen(access)?, false))
         }
 
-        /// A new empty file in this directory, readable by its owner only, under a name
-        /// that says it is chitti's and that nothing else uses.
-        pub fn create_temp(&self) -> io::Result<(File, OsString)> {
-            let flags = OFlag::O_WRONLY
-                | OFlag::O_CREAT
-                | OFlag::O_EXCL
-                | OFlag::O_NOFOLLOW
-                | OFlag::O_CLOEXEC;
-            let mut tries = 0;
-            loop {
-                let name = super::temp_name();
-                match nix::fcntl::openat(
-                    &self.0,
-                    name.as_os_str(),
-                    flags,
-                    Mode::from_bits_truncate(0o600),
-                ) {
-                    Ok(fd) => return Ok((File::from(fd), name)),
-                    Err(Errno::EEXIST) if tries < RETRIES => tries += 1,
-                    Err(e) => return Err(e.into()),
-                }
-            }
-        }
-
-        /// Renames `from` to `to` within this directory, replacing `to`.
-        pub fn rename(&self, from: &OsStr, to: &OsStr) -> io::Result<()> {
-            Ok(nix::fcntl::renameat(&self.0, from, &self.0, to)?)
-        }
-
-        /// Removes the file `name` from this directory.
-        pub fn remove(&self, name: &OsStr) -> io::Result<()> {
-            Ok(nix::unistd::unlinkat(
-                &self.0,
-                name,
-                nix::unistd::UnlinkatFlags::NoRemoveDir,
-            )?)
-        }
-
-        /// Removes `name` if it still names `file`.
-        pub fn remove_if_same(&self, name: &OsStr, file: &File) -> io::Result<()> {
-            let named =
-                nix::sys::stat::fstatat(&self.0, name, nix::fcntl::AtFlags::AT_SYMLINK_NOFOLLOW)?;
-            let held = fstat(file)?;
-            if (named.st_dev, named.st_ino) == (held.st_dev, held.st_ino) {
-                self.remove(name)?;
-            }
-            Ok(())
+        /// This directory's descriptor, for the `*at` calls of a replacement.
+        pub fn dir_fd(&self) -> io::Result<BorrowedFd<'_>> {
+            Ok(self.0.as_fd())
         }
 
         fn proc_path(&self) -> PathBuf {
@@ -838,31 +705,24 @@ mod sys {
     //! still running in the background — so on these systems the guarantee is weaker
     //! than on Linux.
 
-    use std::ffi::{OsStr, OsString};
+    use std::ffi::OsStr;
     use std::fs::{File, OpenOptions};
     use std::io;
+    use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
     use std::os::unix::fs::OpenOptionsExt;
     use std::path::{Path, PathBuf};
+    use std::sync::OnceLock;
 
     use super::{Entry, EntryKind, WriteMode};
 
-    /// A canonical path.
+    /// A canonical path, and once a file in it is opened for writing, a descriptor of it
+    /// (a replacement is then written where the file was opened, not looked up again).
     #[derive(Debug)]
-    pub struct Node(PathBuf);
-
-    /// Whether the open file has extended attributes (ACLs, quarantine, provenance).
-    pub fn has_extended_attributes(file: &File) -> io::Result<bool> {
-        use std::os::fd::AsRawFd;
-        let size = unsafe { libc::flistxattr(file.as_raw_fd(), std::ptr::null_mut(), 0, 0) };
-        match size {
-            -1 => Err(io::Error::last_os_error()),
-            size => Ok(size > 0),
-        }
-    }
+    pub struct Node(PathBuf, OnceLock<OwnedFd>);
 
     impl Node {
         pub fn root(dir: &Path) -> io::Result<Node> {
-            Ok(Node(dir.canonicalize()?))
+            Ok(Node(dir.canonicalize()?, OnceLock::new()))
         }
 
         pub fn beneath(&self, rel: &Path, follow_links: bool) -> io::Result<Node> {
@@ -874,7 +734,7 @@ mod sys {
             if !real.starts_with(&self.0) {
                 return Err(io::Error::from_raw_os_error(libc::EXDEV));
             }
-            Ok(Node(real))
+            Ok(Node(real, OnceLock::new()))
         }
 
         pub fn real_path(&self) -> io::Result<PathBuf> {
@@ -905,6 +765,8 @@ mod sys {
         }
 
         pub fn open_file(&self, name: &OsStr, mode: WriteMode) -> io::Result<(File, bool)> {
+            // Taken now: a replacement is written in the directory the file was opened in.
+            self.dir_fd()?;
             let path = self.0.join(name);
             let mut options = OpenOptions::new();
             options.custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK);
@@ -926,42 +788,17 @@ mod sys {
             }
         }
 
-        pub fn create_temp(&self) -> io::Result<(File, OsString)> {
-            let mut tries = 0;
-            loop {
-                let name = super::temp_name();
-                let created = OpenOptions::new()
-                    .write(true)
-                    .create_new(true)
-                    .mode(0o600)
-                    .custom_flags(libc::O_NOFOLLOW)
-                    .open(self.0.join(&name));
-                match created {
-                    Ok(file) => return Ok((file, name)),
-                    Err(e) if e.kind() == io::ErrorKind::AlreadyExists && tries < 32 => tries += 1,
-                    Err(e) => return Err(e),
-                }
+        /// This directory's descriptor, opened the first time it is asked for.
+        pub fn dir_fd(&self) -> io::Result<BorrowedFd<'_>> {
+            if let Some(fd) = self.1.get() {
+                return Ok(fd.as_fd());
             }
-        }
-
-        pub fn rename(&self, from: &OsStr, to: &OsStr) -> io::Result<()> {
-            std::fs::rename(self.0.join(from), self.0.join(to))
-        }
-
-        pub fn remove(&self, name: &OsStr) -> io::Result<()> {
-            std::fs::remove_file(self.0.join(name))
-        }
-
-        pub fn remove_if_same(&self, name: &OsStr, file: &File) -> io::Result<()> {
-            use std::os::unix::fs::MetadataExt;
-            let (named, held) = (
-                std::fs::symlink_metadata(self.0.join(name))?,
-                file.metadata()?,
-            );
-            if (named.dev(), named.ino()) == (held.dev(), held.ino()) {
-                self.remove(name)?;
-            }
-            Ok(())
+            let flags = libc::O_RDONLY | libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC;
+            let dir = OpenOptions::new()
+                .read(true)
+                .custom_flags(flags)
+                .open(&self.0)?;
+            Ok(self.1.get_or_init(|| OwnedFd::from(dir)).as_fd())
         }
     }
 

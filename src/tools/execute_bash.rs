@@ -95,23 +95,32 @@ pub async fn run(toolbox: &Toolbox, args: Args, cancel: impl Future<Output = ()>
 
     let command: Vec<OsString> = vec!["bash".into(), "-c".into(), args.command.into()];
     let outcome = async {
+        let mut cancel = std::pin::pin!(cancel);
         // Off the async thread: preparing may wait (up to a minute, for another chitti
         // call holding the protected paths' record), and a server must go on serving
-        // and hearing cancellations meanwhile.
+        // and hearing cancellations meanwhile. A call cancelled then never starts (what
+        // was prepared is undone when it is dropped).
         let (policy, session) = (Arc::clone(&toolbox.policy), Arc::clone(&toolbox.session));
-        let prepared = tokio::task::spawn_blocking(move || {
+        let preparing = tokio::task::spawn_blocking(move || {
             sandbox::prepare_in_session(backend, &policy, &command, &cwd, &session)
-        })
-        .await
-        .map_err(|e| SandboxError::Unavailable(format!("preparing the sandbox failed: {e}")))??;
+        });
+        let prepared = tokio::select! {
+            prepared = preparing => prepared.map_err(|e| {
+                SandboxError::Unavailable(format!("preparing the sandbox failed: {e}"))
+            })??,
+            () = &mut cancel => return Ok(None),
+        };
         let output = Output::Capture {
             max_bytes: toolbox.output_cap,
         };
-        exec::run(prepared, Input::Null, output, timeout, cancel).await
+        exec::run(prepared, Input::Null, output, timeout, cancel)
+            .await
+            .map(Some)
     }
     .await;
     match outcome {
-        Ok(outcome) => render(&outcome, timeout, toolbox.output_cap),
+        Ok(Some(outcome)) => render(&outcome, timeout, toolbox.output_cap),
+        Ok(None) => ToolResult::error("cancelled before the command started"),
         Err(e) => ToolResult::error(format!(
             "the command did not run: {e} (sandbox backend: {})",
             backend.name()
@@ -393,6 +402,48 @@ mod tests {
         assert!(started.elapsed() < Duration::from_secs(5));
         assert!(r.ok && r.content["cancelled"] == true, "{}", r.text);
         assert!(r.text.starts_with("cancelled"), "{}", r.text);
+    }
+
+    /// A call cancelled while its preparation waits for the protected paths' record
+    /// (held here as another chitti call stuck in its join would hold it) never starts
+    /// its command, and says so.
+    #[tokio::test]
+    async fn a_call_cancelled_while_it_waits_for_the_record_never_starts() {
+        use std::os::fd::AsRawFd;
+        let fx = Fixture::new();
+        let tb = fx.toolbox();
+        let r = bash(&tb, json!({"command": "true"})).await;
+        assert!(r.ok, "{}", r.text);
+        let lock_file = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(fx.home.join(".local/state/chitti/protect/lock"))
+            .expect("the record's lock file (is the fixture's workspace a repository?)");
+        let mut lock: libc::flock = unsafe { std::mem::zeroed() };
+        lock.l_type = libc::F_WRLCK as libc::c_short;
+        lock.l_whence = libc::SEEK_SET as libc::c_short;
+        lock.l_len = 1;
+        let fd = lock_file.as_raw_fd();
+        assert_eq!(unsafe { libc::fcntl(fd, libc::F_OFD_SETLK, &lock) }, 0);
+        // Let go in a while, whatever happens: a call that did not hear the cancellation
+        // then runs, and the test fails on what it returned instead of hanging.
+        let letting_go = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_secs(3));
+            lock.l_type = libc::F_UNLCK as libc::c_short;
+            unsafe { libc::fcntl(lock_file.as_raw_fd(), libc::F_OFD_SETLK, &lock) };
+        });
+        let cancel = tokio::time::sleep(Duration::from_millis(300));
+        let r = tb
+            .call_with_cancel("execute_bash", json!({"command": "echo > started"}), cancel)
+            .await;
+        assert!(!r.ok, "{}", r.text);
+        assert_eq!(r.text, "cancelled before the command started");
+        letting_go.join().unwrap();
+        // Another call goes through the record once it is free, after the cancelled one
+        // finished preparing and was dropped.
+        let r = bash(&tb, json!({"command": "true"})).await;
+        assert!(r.ok, "{}", r.text);
+        assert!(!fx.ws.join("started").exists(), "the cancelled command ran");
     }
 
     #[tokio::test]

@@ -11,6 +11,7 @@ pub mod edit_file;
 pub mod execute_bash;
 pub mod list_dir;
 pub mod read_file;
+mod replace;
 #[cfg(test)]
 pub(crate) mod testing;
 pub mod write_file;

@@ -107,12 +107,12 @@ mod tests {
         let fx = Fixture::new();
         let path = fx.ws.join("notes.txt");
         std::fs::write(&path, "old\n").unwrap();
-        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o4640)).unwrap();
-        let root = nix::unistd::geteuid().is_root();
-        if root {
+        if nix::unistd::geteuid().is_root() {
             // nobody:nogroup, an owner chitti is not.
             std::os::unix::fs::chown(&path, Some(65534), Some(65534)).unwrap();
         }
+        // After the chown, which clears set-user-ID.
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o4640)).unwrap();
         let before = std::fs::metadata(&path).unwrap();
 
         let r = run(&fx, "notes.txt", "new\n");
@@ -177,19 +177,89 @@ mod tests {
     }
 
     /// A directory chitti may not add names to (a user's read-only directory holding a
-    /// writable file) still lets the file be replaced: in place.
+    /// writable file) still lets the file be written: in place. (Root may add to any
+    /// directory, and replaces it by a copy there.)
     #[test]
     fn a_file_in_a_directory_chitti_cannot_add_to_is_still_written() {
-        use std::os::unix::fs::PermissionsExt;
+        use std::os::unix::fs::{MetadataExt, PermissionsExt};
         let fx = Fixture::new();
         let dir = fx.ws.join("locked");
         std::fs::create_dir(&dir).unwrap();
-        std::fs::write(dir.join("f.txt"), "old\n").unwrap();
+        std::fs::write(dir.join("f.txt"), "old text\n").unwrap();
+        let inode = std::fs::metadata(dir.join("f.txt")).unwrap().ino();
         std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o555)).unwrap();
         let r = run(&fx, "locked/f.txt", "new\n");
         std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).unwrap();
         assert!(r.ok, "{}", r.text);
+        // Shorter than before: what was beyond the new text is cut.
         assert_eq!(std::fs::read_to_string(dir.join("f.txt")).unwrap(), "new\n");
+        let in_place = std::fs::metadata(dir.join("f.txt")).unwrap().ino() == inode;
+        assert_eq!(in_place, !nix::unistd::geteuid().is_root());
+        assert_eq!(temp_files(&dir), Vec::<String>::new());
+    }
+
+    /// A copy made in a directory with a default ACL would inherit it, and so grant what
+    /// the file did not: such a file is rewritten in place, without an ACL.
+    #[test]
+    fn a_copy_that_would_gain_an_acl_is_not_used() {
+        use std::os::unix::fs::MetadataExt;
+        let fx = Fixture::new();
+        let dir = fx.ws.join("shared");
+        std::fs::create_dir(&dir).unwrap();
+        let path = dir.join("f.txt");
+        std::fs::write(&path, "old\n").unwrap();
+        // A default ACL (version 2; user::rw-, user:65534:r--, group::r--, mask::r--,
+        // other::---), set after the file was made, so the file has none.
+        let mut acl = 2u32.to_le_bytes().to_vec();
+        for (tag, perm, id) in [
+            (0x01u16, 6u16, u32::MAX),
+            (0x02, 4, 65534),
+            (0x04, 4, u32::MAX),
+            (0x10, 4, u32::MAX),
+            (0x20, 0, u32::MAX),
+        ] {
+            acl.extend(tag.to_le_bytes());
+            acl.extend(perm.to_le_bytes());
+            acl.extend(id.to_le_bytes());
+        }
+        let c_dir = std::ffi::CString::new(dir.as_os_str().as_encoded_bytes()).unwrap();
+        let set = unsafe {
+            libc::setxattr(
+                c_dir.as_ptr(),
+                c"system.posix_acl_default".as_ptr(),
+                acl.as_ptr().cast(),
+                acl.len(),
+                0,
+            )
+        };
+        if set != 0 {
+            let e = std::io::Error::last_os_error();
+            assert_eq!(e.raw_os_error(), Some(libc::EOPNOTSUPP), "setxattr: {e}");
+            eprintln!(
+                "SKIP a_copy_that_would_gain_an_acl_is_not_used: {} does not take ACLs",
+                fx.ws.display()
+            );
+            return;
+        }
+        let inode = std::fs::metadata(&path).unwrap().ino();
+        let r = run(&fx, "shared/f.txt", "new\n");
+        assert!(r.ok, "{}", r.text);
+        assert_eq!(std::fs::read_to_string(&path).unwrap(), "new\n");
+        assert_eq!(
+            std::fs::metadata(&path).unwrap().ino(),
+            inode,
+            "replaced by a copy"
+        );
+        let c_path = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()).unwrap();
+        let acl_size = unsafe {
+            libc::getxattr(
+                c_path.as_ptr(),
+                c"system.posix_acl_access".as_ptr(),
+                std::ptr::null_mut(),
+                0,
+            )
+        };
+        assert_eq!(acl_size, -1, "the file gained an ACL");
         assert_eq!(temp_files(&dir), Vec::<String>::new());
     }
 
