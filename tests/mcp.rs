@@ -631,6 +631,20 @@ async fn a_write_that_fails_part_way_leaves_the_file_as_it_was() {
         !server.fx.ws("new.txt").exists(),
         "a half-written new file was left"
     );
+    // The directories made for a new file go with it; one that was there stays.
+    std::fs::create_dir(server.fx.ws("kept")).unwrap();
+    let r = server
+        .call(
+            "write_file",
+            json!({"path": "kept/made/deeper/new.txt", "content": too_big}),
+        )
+        .await;
+    assert!(r.is_error, "{}", r.text);
+    assert!(
+        !server.fx.ws("kept/made").exists(),
+        "the directories made for a file that was not written were left"
+    );
+    assert!(server.fx.ws("kept").is_dir());
 
     // A file a copy cannot stand in for (its extended attribute would be lost) is written
     // in place, but only once the space for the new text is reserved: refused the same.

@@ -126,6 +126,26 @@ pub struct Writable {
     /// Its directory and its name there, for writing a replacement beside it.
     parent: sys::Node,
     name: OsString,
+    /// The directories this call made for it, outermost first: removed again if a new
+    /// file cannot be written.
+    made: MadeDirs,
+}
+
+/// Directories a write made, outermost first, each as its parent, its name there and its
+/// identity (device, inode).
+#[derive(Debug, Default)]
+struct MadeDirs(Vec<(sys::Node, OsString, (u64, u64))>);
+
+impl MadeDirs {
+    /// Removes them, innermost first, where they are still the ones made and still empty
+    /// (best effort: what cannot be removed stays, and is harmless).
+    fn undo(self) {
+        for (parent, name, id) in self.0.into_iter().rev() {
+            if let Ok(dir) = parent.dir_fd() {
+                let _ = super::replace::remove_dir_if_same(dir, &name, id);
+            }
+        }
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -249,10 +269,33 @@ pub fn open_write(policy: &Policy, path: &str, mode: WriteMode) -> Result<Writab
     check_protected(policy, path, &lexical(&policy.workspace.join(&target.rel)))?;
 
     let root = target.root()?;
-    let parent = match mode {
-        WriteMode::Create { parents: true } => target.open_dirs(&root, parent_rel)?,
-        _ => root.beneath(parent_rel, true).map_err(|e| target.err(e))?,
-    };
+    let mut made = MadeDirs::default();
+    let opened = match mode {
+        WriteMode::Create { parents: true } => target.open_dirs(&root, parent_rel, &mut made),
+        _ => root.beneath(parent_rel, true).map_err(|e| target.err(e)),
+    }
+    .and_then(|parent| open_in(&target, parent, name, mode));
+    match opened {
+        Ok(mut writable) => {
+            writable.made = made;
+            Ok(writable)
+        }
+        Err(e) => {
+            // Nothing half-done: a refused or failed write leaves no new directories.
+            made.undo();
+            Err(e)
+        }
+    }
+}
+
+/// The rest of `open_write`, once the file's directory is open.
+fn open_in(
+    target: &Target<'_>,
+    parent: sys::Node,
+    name: OsString,
+    mode: WriteMode,
+) -> Result<Writable, ConfineError> {
+    let (policy, path) = (target.policy, target.user);
     let real = target.real_path(&parent)?.join(&name);
     check_writable(policy, path, &real)?;
     let (file, created) = parent
@@ -281,6 +324,7 @@ pub fn open_write(policy: &Policy, path: &str, mode: WriteMode) -> Result<Writab
         created,
         parent,
         name,
+        made: MadeDirs::default(),
     })
 }
 
@@ -292,7 +336,13 @@ impl Writable {
             error,
             left: "it was left as it was",
         })?;
-        super::replace::write_whole(dir, &self.name, &mut self.file, self.created, content)
+        let written =
+            super::replace::write_whole(dir, &self.name, &mut self.file, self.created, content);
+        if written.is_err() && self.created {
+            drop(self.file);
+            self.made.undo();
+        }
+        written
     }
 }
 
@@ -393,25 +443,37 @@ impl<'a> Target<'a> {
 
     /// Opens directory `rel`, creating what is missing one level at a time, each new
     /// directory made through its confined parent and checked before it is made.
-    fn open_dirs(&self, root: &sys::Node, rel: &Path) -> Result<sys::Node, ConfineError> {
+    /// The directories it made are added to `made`.
+    fn open_dirs(
+        &self,
+        root: &sys::Node,
+        rel: &Path,
+        made: &mut MadeDirs,
+    ) -> Result<sys::Node, ConfineError> {
         match root.beneath(rel, true) {
             Err(e) if e.kind() == io::ErrorKind::NotFound => {
                 let Some(Component::Normal(name)) = rel.components().next_back() else {
                     return Err(self.err(e));
                 };
-                let parent = self.open_dirs(root, rel.parent().unwrap_or(Path::new("")))?;
+                let parent = self.open_dirs(root, rel.parent().unwrap_or(Path::new("")), made)?;
                 let dir = self.real_path(&parent)?.join(name);
                 check_writable(self.policy, self.user, &dir)?;
-                parent.mkdir(name).map_err(|e| {
+                let new = parent.mkdir(name).map_err(|e| {
                     ConfineError::Io(format!(
                         "cannot create the directory {}: {e}",
                         display(self.policy, &dir)
                     ))
                 })?;
                 // Exactly the directory just made: one component, no links.
-                parent
+                let node = parent
                     .beneath(Path::new(name), false)
-                    .map_err(|e| self.err(e))
+                    .map_err(|e| self.err(e))?;
+                if new {
+                    if let Ok(id) = node.id() {
+                        made.0.push((parent, name.to_os_string(), id));
+                    }
+                }
+                Ok(node)
             }
             other => other.map_err(|e| self.err(e)),
         }
@@ -637,12 +699,20 @@ mod sys {
             super::listing(std::fs::read_dir(self.proc_path())?, keep)
         }
 
-        /// Makes directory `name` here; one that appeared meanwhile is fine.
-        pub fn mkdir(&self, name: &OsStr) -> io::Result<()> {
+        /// Makes directory `name` here; one that appeared meanwhile is fine. Whether
+        /// this call made it.
+        pub fn mkdir(&self, name: &OsStr) -> io::Result<bool> {
             match mkdirat(&self.0, name, Mode::from_bits_truncate(0o777)) {
-                Ok(()) | Err(Errno::EEXIST) => Ok(()),
+                Ok(()) => Ok(true),
+                Err(Errno::EEXIST) => Ok(false),
                 Err(e) => Err(e.into()),
             }
+        }
+
+        /// The object's device and inode.
+        pub fn id(&self) -> io::Result<(u64, u64)> {
+            let st = fstat(&self.0)?;
+            Ok((st.st_dev as u64, st.st_ino as u64))
         }
 
         /// Opens file `name` in this directory, never through a link, and an existing one
@@ -757,11 +827,18 @@ mod sys {
             super::listing(std::fs::read_dir(&self.0)?, keep)
         }
 
-        pub fn mkdir(&self, name: &OsStr) -> io::Result<()> {
+        pub fn mkdir(&self, name: &OsStr) -> io::Result<bool> {
             match std::fs::create_dir(self.0.join(name)) {
-                Err(e) if e.kind() == io::ErrorKind::AlreadyExists => Ok(()),
-                other => other,
+                Ok(()) => Ok(true),
+                Err(e) if e.kind() == io::ErrorKind::AlreadyExists => Ok(false),
+                Err(e) => Err(e),
             }
+        }
+
+        pub fn id(&self) -> io::Result<(u64, u64)> {
+            use std::os::unix::fs::MetadataExt;
+            let meta = std::fs::symlink_metadata(&self.0)?;
+            Ok((meta.dev(), meta.ino()))
         }
 
         pub fn open_file(&self, name: &OsStr, mode: WriteMode) -> io::Result<(File, bool)> {

@@ -162,16 +162,32 @@ fn create_temp(dir: BorrowedFd<'_>) -> io::Result<(File, OsString)> {
 
 /// Removes `name` from `dir` if it still names `file`.
 fn remove_if_same(dir: BorrowedFd<'_>, name: &OsStr, file: &File) -> io::Result<()> {
-    let named = nix::sys::stat::fstatat(dir, name, AtFlags::AT_SYMLINK_NOFOLLOW)?;
     let held = file.metadata()?;
-    if (named.st_dev as u64, named.st_ino as u64) != (held.dev(), held.ino()) {
-        return Err(io::Error::other("the name now leads to another file"));
-    }
-    Ok(nix::unistd::unlinkat(
+    remove_if_id(
         dir,
         name,
+        (held.dev(), held.ino()),
         UnlinkatFlags::NoRemoveDir,
-    )?)
+    )
+}
+
+/// Removes the empty directory `name` from `dir` if it is still the one identified by
+/// `id` (device, inode): one that something else put there, or filled, stays.
+pub fn remove_dir_if_same(dir: BorrowedFd<'_>, name: &OsStr, id: (u64, u64)) -> io::Result<()> {
+    remove_if_id(dir, name, id, UnlinkatFlags::RemoveDir)
+}
+
+fn remove_if_id(
+    dir: BorrowedFd<'_>,
+    name: &OsStr,
+    id: (u64, u64),
+    flags: UnlinkatFlags,
+) -> io::Result<()> {
+    let named = nix::sys::stat::fstatat(dir, name, AtFlags::AT_SYMLINK_NOFOLLOW)?;
+    if (named.st_dev as u64, named.st_ino as u64) != id {
+        return Err(io::Error::other("the name now leads to something else"));
+    }
+    Ok(nix::unistd::unlinkat(dir, name, flags)?)
 }
 
 /// Makes sure the first `len` bytes of `file` have space on disk, so that writing them

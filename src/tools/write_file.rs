@@ -89,6 +89,30 @@ mod tests {
         );
     }
 
+    /// A write that fails after making directories for its file removes them again; a
+    /// directory that was there, or that something else filled meanwhile, stays.
+    #[test]
+    fn a_failed_new_file_leaves_no_directories_made_for_it() {
+        let fx = Fixture::new();
+        std::fs::create_dir(fx.ws.join("kept")).unwrap();
+        // Every directory can be made; the file cannot (a name longer than NAME_MAX).
+        let too_long = "n".repeat(300);
+        let r = run(&fx, &format!("kept/a/b/{too_long}"), "x");
+        assert!(!r.ok, "{}", r.text);
+        assert!(fx.ws.join("kept").is_dir());
+        assert!(
+            !fx.ws.join("kept/a").exists(),
+            "directories made for a file that was not written were left"
+        );
+        let r = run(&fx, &format!("a/{too_long}"), "x");
+        assert!(!r.ok, "{}", r.text);
+        assert!(!fx.ws.join("a").exists());
+        // Written the next time, directories and all.
+        let r = run(&fx, "kept/a/b/ok.txt", "x");
+        assert!(r.ok, "{}", r.text);
+        assert!(fx.ws.join("kept/a/b/ok.txt").is_file());
+    }
+
     /// Names left in `dir` by a replacement (there should be none once a call is over).
     fn temp_files(dir: &std::path::Path) -> Vec<String> {
         std::fs::read_dir(dir)
