@@ -1228,6 +1228,42 @@ fn landlock_never_reuses_the_tmpdir_of_a_call_whose_supervisor_was_killed() {
     let _ = std::fs::remove_dir_all(&orphaned);
 }
 
+/// Were the landlock backend's supervisor killed outright, the command it started goes
+/// with it (what the command started by then does not: a known limit, shown by the test
+/// above). Seen from outside: the command's process is gone.
+#[test]
+fn landlock_command_dies_with_its_supervisor() {
+    let fx = Fixture::new();
+    let (mut chitti, reaper, started) = start_sleeping_call(&fx, "landlock", "echo $$ > pid");
+    assert!(started, "the sandboxed sleeps never showed up");
+    let front = chitti.id() as i32;
+    let children =
+        std::fs::read_to_string(format!("/proc/{front}/task/{front}/children")).unwrap_or_default();
+    let supervisor: i32 = children.trim().parse().expect("one supervisor");
+    let command: i32 = read(&fx.ws("pid"))
+        .trim()
+        .parse()
+        .expect("the command's pid");
+    let alive = |pid: i32| {
+        // A zombie is dead: only its parent's wait is missing.
+        std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
+            !stat
+                .rsplit(')')
+                .next()
+                .unwrap_or("")
+                .trim_start()
+                .starts_with('Z')
+        })
+    };
+    assert!(alive(command), "the command was not running");
+    unsafe { libc::kill(supervisor, libc::SIGKILL) };
+    let gone = wait_until(5 * SECOND, || !alive(command));
+    let _ = chitti.kill();
+    chitti.wait().unwrap();
+    drop(reaper);
+    assert!(gone, "the command outlived its supervisor's SIGKILL");
+}
+
 /// Where root's landlock command hides root's secrets: in a private mount namespace that
 /// chitti made in its own process (see `supervisor::spawn`), which the command joined;
 /// the supervisor, which repairs protected paths, stays in the host's. A user's command

@@ -497,9 +497,10 @@ unsafe fn supervisor_main(
     // The command shares the supervisor's memory until it execs (no page tables copied);
     // the supervisor waits meanwhile, so the two never run at once.
     let (step_r, step_w) = (step_read.as_raw_fd(), step_write.as_raw_fd());
+    let supervisor = libc::getpid();
     let child = super::vfork::spawn(&mut || {
         libc::close(step_r);
-        command_main(spec, execve, step_w, fds);
+        command_main(spec, execve, step_w, fds, supervisor);
     });
     let child = match child {
         Ok(pid) => pid,
@@ -558,7 +559,13 @@ unsafe fn supervisor_main(
 
 /// The command: restrict, then exec. Never returns. Runs in a `vfork::spawn` child:
 /// system calls only, nothing that allocates.
-unsafe fn command_main(spec: &LaunchSpec, execve: &Execve, step: RawFd, fds: Fds) -> ! {
+unsafe fn command_main(
+    spec: &LaunchSpec,
+    execve: &Execve,
+    step: RawFd,
+    fds: Fds,
+    supervisor: libc::pid_t,
+) -> ! {
     let fail = |name: &[u8], errno: i32| -> ! {
         let mut msg = [0u8; 64];
         msg[..4].copy_from_slice(&errno.to_ne_bytes());
@@ -577,6 +584,14 @@ unsafe fn command_main(spec: &LaunchSpec, execve: &Execve, step: RawFd, fds: Fds
     // A new session: no controlling terminal, so no TIOCSTI into the user's shell.
     if libc::setsid() < 0 {
         fail(b"setsid", last_error());
+    }
+    // Should the supervisor be killed outright (SIGKILL: it cannot clean up), the command
+    // dies with it; what the command has started by then does not (a known limit).
+    if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0) < 0 {
+        fail(b"PR_SET_PDEATHSIG", last_error());
+    }
+    if libc::getppid() != supervisor {
+        fail(b"the supervisor died", libc::ESRCH);
     }
     if let Err(e) = spec.rlimits.apply() {
         fail(b"setrlimit", e.raw_os_error().unwrap_or(libc::EIO));
