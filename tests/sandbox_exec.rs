@@ -1228,13 +1228,10 @@ fn landlock_never_reuses_the_tmpdir_of_a_call_whose_supervisor_was_killed() {
     let _ = std::fs::remove_dir_all(&orphaned);
 }
 
-/// Were the landlock backend's supervisor killed outright, the command it started goes
-/// with it (what the command started by then does not: a known limit, shown by the test
-/// above). Seen from outside: the command's process is gone.
-#[test]
-fn landlock_command_dies_with_its_supervisor() {
-    let fx = Fixture::new();
-    let (mut chitti, reaper, started) = start_sleeping_call(&fx, "landlock", "echo $$ > pid");
+/// A landlock call left running (see `start_sleeping_call`), with the pids of its
+/// supervisor (chitti's one child) and of its command.
+fn running_landlock_call(fx: &Fixture) -> (std::process::Child, SleepReaper, i32, i32) {
+    let (chitti, reaper, started) = start_sleeping_call(fx, "landlock", "echo $$ > pid");
     assert!(started, "the sandboxed sleeps never showed up");
     let front = chitti.id() as i32;
     let children =
@@ -1244,6 +1241,16 @@ fn landlock_command_dies_with_its_supervisor() {
         .trim()
         .parse()
         .expect("the command's pid");
+    (chitti, reaper, supervisor, command)
+}
+
+/// Were the landlock backend's supervisor killed outright, the command it started goes
+/// with it (what the command started by then does not: a known limit, shown by the test
+/// above). Seen from outside: the command's process is gone.
+#[test]
+fn landlock_command_dies_with_its_supervisor() {
+    let fx = Fixture::new();
+    let (mut chitti, reaper, supervisor, command) = running_landlock_call(&fx);
     let alive = |pid: i32| {
         // A zombie is dead: only its parent's wait is missing.
         std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
@@ -1272,20 +1279,12 @@ fn landlock_command_dies_with_its_supervisor() {
 #[test]
 fn landlock_command_shares_chitti_s_mount_namespace_as_root_only() {
     let fx = Fixture::new();
-    let (mut chitti, reaper, started) = start_sleeping_call(&fx, "landlock", "echo $$ > pid");
-    assert!(started, "the sandboxed sleeps never showed up");
+    let (mut chitti, reaper, supervisor, command) = running_landlock_call(&fx);
+    let front = chitti.id() as i32;
     let namespace = |pid: i32| {
         std::fs::read_link(format!("/proc/{pid}/ns/mnt"))
             .unwrap_or_else(|e| panic!("mount namespace of {pid}: {e}"))
     };
-    let front = chitti.id() as i32;
-    let children =
-        std::fs::read_to_string(format!("/proc/{front}/task/{front}/children")).unwrap_or_default();
-    let supervisor: i32 = children.trim().parse().expect("one supervisor");
-    let command: i32 = read(&fx.ws("pid"))
-        .trim()
-        .parse()
-        .expect("the command's pid");
     let host = namespace(std::process::id() as i32);
     let (front_ns, supervisor_ns, command_ns) =
         (namespace(front), namespace(supervisor), namespace(command));
