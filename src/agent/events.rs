@@ -18,18 +18,41 @@ pub struct EventLog {
 
 impl EventLog {
     /// Opens (appends to) `path`, creating it private to the user; its directory must
-    /// exist.
+    /// exist. The path may lie in a workspace a sandboxed command could write, so the log
+    /// is only ever a regular file with that one name: a symbolic link or a hard link
+    /// planted there could otherwise steer chitti's own (unsandboxed) writes, and its
+    /// change of mode, to a file elsewhere.
     pub fn open(path: &Path) -> Result<EventLog, String> {
-        use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+        use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
+        let shown = path.display();
         let file = OpenOptions::new()
             .append(true)
             .create(true)
             .mode(0o600)
+            // O_NONBLOCK: a FIFO without a reader fails at once instead of hanging.
+            .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
             .open(path)
-            .map_err(|e| format!("cannot open the event log {}: {e}", path.display()))?;
+            .map_err(|e| match e.raw_os_error() {
+                Some(libc::ELOOP) => format!(
+                    "the event log {shown} is a symbolic link; chitti does not write its log                      through links (one in a workspace may have been planted by a sandboxed                      command): name the file itself"
+                ),
+                Some(libc::ENXIO) => format!("the event log {shown} is not a regular file"),
+                _ => format!("cannot open the event log {shown}: {e}"),
+            })?;
+        let meta = file
+            .metadata()
+            .map_err(|e| format!("cannot inspect the event log {shown}: {e}"))?;
+        if !meta.is_file() {
+            return Err(format!("the event log {shown} is not a regular file"));
+        }
+        if meta.nlink() > 1 {
+            return Err(format!(
+                "the event log {shown} has other names (hard links); chitti does not write                  its log to a file that may be another one elsewhere: name a new file"
+            ));
+        }
         // The log holds the conversation: private even when the file already existed.
         file.set_permissions(std::fs::Permissions::from_mode(0o600))
-            .map_err(|e| format!("cannot make the event log {} private: {e}", path.display()))?;
+            .map_err(|e| format!("cannot make the event log {shown} private: {e}"))?;
         Ok(EventLog {
             path: path.to_path_buf(),
             file: Mutex::new(file),
@@ -160,6 +183,41 @@ mod tests {
         assert_eq!(mode & 0o077, 0);
         assert!(EventLog::open(&dir.path().join("missing/log.jsonl")).is_err());
         assert!(!dir.path().join("missing").exists());
+    }
+
+    /// A link planted where the log is to go (a sandboxed command may write the
+    /// workspace) must not lead chitti's writes, or its chmod, to another file.
+    #[test]
+    fn a_log_path_that_is_a_link_or_not_a_file_is_refused_and_nothing_is_touched() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let victim = dir.path().join("victim");
+        std::fs::write(&victim, "keep\n").unwrap();
+        std::fs::set_permissions(&victim, std::fs::Permissions::from_mode(0o644)).unwrap();
+        let link = dir.path().join("events.jsonl");
+        std::os::unix::fs::symlink(&victim, &link).unwrap();
+        let e = EventLog::open(&link).err().expect("a symlink was followed");
+        assert!(e.contains("symbolic link"), "{e}");
+        let hard = dir.path().join("hard.jsonl");
+        std::fs::hard_link(&victim, &hard).unwrap();
+        let e = EventLog::open(&hard)
+            .err()
+            .expect("a hard link was written");
+        assert!(e.contains("hard links"), "{e}");
+        assert_eq!(std::fs::read_to_string(&victim).unwrap(), "keep\n");
+        let mode = std::fs::metadata(&victim).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o644, "the other file's mode was changed");
+
+        let fifo = dir.path().join("fifo.jsonl");
+        nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
+        let e = EventLog::open(&fifo)
+            .err()
+            .expect("a FIFO was taken as the log");
+        assert!(e.contains("not a regular file"), "{e}");
+        let e = EventLog::open(dir.path())
+            .err()
+            .expect("a directory was taken");
+        assert!(e.contains(&dir.path().display().to_string()), "{e}");
     }
 
     #[test]
