@@ -1775,6 +1775,38 @@ fn read_only_profile_keeps_workspace_unwritable(backend: &str) {
         entries.is_empty(),
         "read-only wrote to the workspace: {entries:?}\n{ran}"
     );
+
+    // A workspace beneath /tmp, which the sandbox gets fresh: still there to read and to
+    // start in, still not writable.
+    let in_tmp = tempfile::Builder::new()
+        .prefix("chitti-ro-")
+        .tempdir_in("/tmp")
+        .unwrap();
+    let ws = in_tmp.path().canonicalize().unwrap();
+    std::fs::write(ws.join("notes"), format!("{mark}\n")).unwrap();
+    let ran = fx
+        .chitti(backend)
+        .workspace(&ws)
+        .opts(&["-p", "read-only", "--writable"])
+        .opt(&out)
+        .sh(&format!(
+            "cat notes > '{o}/from-ws'; pwd > '{o}/cwd'; echo x > new.txt",
+            o = out.display()
+        ));
+    assert_eq!(
+        std::fs::read_to_string(out.join("from-ws")).ok(),
+        Some(format!("{mark}\n")),
+        "a read-only workspace in /tmp could not be read:\n{ran}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(out.join("cwd")).ok(),
+        Some(format!("{}\n", ws.display())),
+        "{ran}"
+    );
+    assert!(
+        !ws.join("new.txt").exists(),
+        "read-only wrote to the workspace:\n{ran}"
+    );
 }
 
 /// `sandbox test --workspace DIR` probes DIR's file system in a directory of its own:

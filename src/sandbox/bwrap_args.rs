@@ -86,6 +86,20 @@ pub fn args_with(
     for root in &policy.writable {
         a.pair("--bind", root, root);
     }
+    // A workspace that no writable root holds (a read-only profile) is still the
+    // command's to read, and to start in, even beneath the fresh /tmp or /run.
+    let workspace = &policy.workspace;
+    let hidden = [Path::new("/tmp"), Path::new("/run")]
+        .iter()
+        .any(|fresh| workspace.starts_with(fresh));
+    if hidden
+        && !policy
+            .writable
+            .iter()
+            .any(|root| workspace.starts_with(root))
+    {
+        a.pair("--ro-bind", workspace, workspace);
+    }
     // A bind mount cannot be renamed or removed (EBUSY), so `.git` stays where it is
     // and a replacement `.git/hooks` cannot be slipped in.
     // Only inside a writable root: a bind is writable, and what lies outside them is
@@ -225,6 +239,31 @@ mod tests {
         let mut p = policy(false);
         p.private_tmp = false;
         assert!(render(&p).contains("--tmpfs /tmp --remount-ro /tmp"));
+    }
+
+    /// A read-only profile binds no writable root; a workspace beneath the fresh /tmp or
+    /// /run would then be hidden (bwrap could not even start in it).
+    #[test]
+    fn a_read_only_workspace_beneath_a_fresh_tmpfs_is_bound_read_only() {
+        for (dir, bound) in [("/tmp/w", true), ("/run/user/1/w", true), ("/w", false)] {
+            let mut p = policy(false);
+            p.workspace = dir.into();
+            p.writable = vec![];
+            let out = render(&p);
+            let bind = format!("--ro-bind {dir} {dir}");
+            assert_eq!(out.contains(&bind), bound, "{dir}: {out}");
+            if bound {
+                // After the tmpfs it would be hidden by, before the masks inside it.
+                let at = out.find(&bind).unwrap();
+                assert!(out.find("--remount-ro /run").unwrap() < at, "{out}");
+                assert!(at < out.find("--tmpfs /h/.ssh").unwrap(), "{out}");
+            }
+        }
+        // Writable: its own bind is enough.
+        let mut p = policy(false);
+        p.workspace = "/tmp/w".into();
+        p.writable = vec!["/tmp/w".into()];
+        assert!(!render(&p).contains("--ro-bind /tmp/w"));
     }
 
     #[test]
