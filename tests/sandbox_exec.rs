@@ -1834,6 +1834,110 @@ fn sandbox_test_with_a_workspace_leaves_its_repository_alone() {
     assert_eq!(fx.git(&["status", "--porcelain"]), "");
 }
 
+/// A directory for PATH holding every command of /usr/bin and /bin, by symbolic links,
+/// except those `leave_out` names; `replace` points names at other programs.
+fn path_dir(fx: &Fixture, leave_out: &[&str], replace: &[(&str, &str)]) -> PathBuf {
+    let dir = fx.root.join("path");
+    std::fs::create_dir(&dir).unwrap();
+    for (name, target) in replace {
+        std::os::unix::fs::symlink(target, dir.join(name)).unwrap();
+    }
+    for bin in ["/usr/bin", "/bin"] {
+        for entry in std::fs::read_dir(bin).unwrap().flatten() {
+            let name = entry.file_name();
+            let name_str = name.to_string_lossy();
+            let left_out = leave_out.iter().any(|l| name_str.starts_with(l));
+            if !left_out && !dir.join(&name).exists() && dir.join(&name).symlink_metadata().is_err()
+            {
+                std::os::unix::fs::symlink(entry.path(), dir.join(&name)).unwrap();
+            }
+        }
+    }
+    dir
+}
+
+fn sandbox_test_with_path(fx: &Fixture, path: &Path, args: &[&str]) -> std::process::Output {
+    std::process::Command::new(chitti_bin())
+        .args(["sandbox", "test"])
+        .args(args)
+        .current_dir(&fx.ws)
+        .env("HOME", &fx.home)
+        .env("PATH", path)
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap()
+}
+
+/// A sandbox in which no command runs gives no verdict at all (exit 125), rather than a
+/// table in which every attack "failed" because nothing ran.
+#[test]
+fn sandbox_test_gives_no_verdict_when_nothing_runs_in_the_sandbox() {
+    let fx = Fixture::new();
+    let path = path_dir(&fx, &[], &[("sh", "/bin/false")]);
+    let out = sandbox_test_with_path(&fx, &path, &[]);
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    assert_eq!(out.status.code(), Some(125), "{stdout}\n{stderr}");
+    assert!(!stdout.contains("PASS"), "{stdout}");
+    assert!(stderr.contains("nothing was checked"), "{stderr}");
+}
+
+/// Probes that need python3 in the sandbox say SKIP, with why, when it is missing; the
+/// run then does not pass, and says the profile is not proven (not that it failed).
+#[test]
+fn sandbox_test_skips_loudly_what_it_cannot_check_and_does_not_pass() {
+    let fx = Fixture::new();
+    let path = path_dir(&fx, &["python"], &[]);
+    let out = sandbox_test_with_path(&fx, &path, &[]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stdout}\n{stderr}");
+    let skipped: Vec<&str> = stdout.lines().filter(|l| l.contains(" SKIP ")).collect();
+    assert!(skipped.len() >= 8, "{stdout}");
+    assert!(
+        skipped.iter().all(|l| l.contains("python3 does not run")),
+        "{stdout}"
+    );
+    assert!(!stdout.contains(" FAIL "), "{stdout}");
+    assert!(stdout.contains("NOT proven on this machine"), "{stdout}");
+}
+
+/// The read-only profile on bwrap in a workspace beneath /tmp (which bwrap replaces with
+/// a fresh tmpfs) is proven like any other.
+#[test]
+fn sandbox_test_proves_read_only_on_bwrap_in_a_tmp_workspace() {
+    ensure_backend("bwrap");
+    let fx = Fixture::new();
+    let ws = tempfile::Builder::new()
+        .prefix("chitti-ro-test-")
+        .tempdir_in("/tmp")
+        .unwrap();
+    let out = std::process::Command::new(chitti_bin())
+        .args([
+            "sandbox",
+            "test",
+            "--backend",
+            "bwrap",
+            "-p",
+            "read-only",
+            "--workspace",
+        ])
+        .arg(ws.path())
+        .env("HOME", &fx.home)
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stdout}\n{stderr}");
+    assert!(
+        !stdout.contains(" FAIL ") && !stdout.contains(" SKIP "),
+        "{stdout}"
+    );
+}
+
 /// `sandbox profile` shows what a call gets: one seccomp descriptor and the status
 /// descriptor (as `prepare` passes them), the caller's directory inside the workspace, and
 /// for `auto` the backend this machine would pick.

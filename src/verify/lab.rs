@@ -56,6 +56,9 @@ pub struct Lab {
     pub marker: String,
     pub policy: Policy,
     pub backend: Backend,
+    /// Whether python3 runs in the sandbox (the probes of system calls and sockets need
+    /// it); found by [`Lab::preflight`].
+    pub python: bool,
 }
 
 /// Where the lab lives: not under /tmp, which bwrap replaces with a private tmpfs (the
@@ -159,7 +162,38 @@ impl Lab {
             marker,
             policy,
             backend,
+            python: false,
         })
+    }
+
+    /// Before any probe: the sandbox must start a command at all, or every row would
+    /// blame it for what is a failure to set it up (and rows that look for an attack's
+    /// effect would pass for a command that never ran). Also finds whether python3 runs.
+    pub async fn preflight(&mut self) -> Result<(), SandboxError> {
+        let alive = format!("{}-started", self.marker);
+        let ran = self
+            .run(&format!(
+                "echo {alive}; python3 -c 'print(\"python\" + \"-ok\")'"
+            ))
+            .await?;
+        let stdout = String::from_utf8_lossy(&ran.stdout.bytes);
+        if !stdout.contains(&alive) {
+            let stderr = String::from_utf8_lossy(&ran.stderr.bytes);
+            let said = match stderr.trim() {
+                "" => "it printed nothing".to_string(),
+                said => format!("it printed: {said}"),
+            };
+            return Err(SandboxError::Unavailable(format!(
+                "sandbox test: a first command (`sh -c 'echo ...'`) did not run in the sandbox \
+                 on the {} backend with the `{}` profile (exit code {}; {said}), so nothing \
+                 was checked: no verdict can be given",
+                self.backend.name(),
+                self.policy.profile,
+                ran.exit_code,
+            )));
+        }
+        self.python = stdout.contains("python-ok");
+        Ok(())
     }
 
     /// Runs `sh -c script` in the sandbox, in the workspace, output captured.

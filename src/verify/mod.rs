@@ -23,6 +23,10 @@ pub struct Check {
     /// Not a promise on this machine or workspace (shown, not counted).
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub not_applicable: bool,
+    /// A promise that could not be checked here (a probe's tool or host-side set-up was
+    /// missing): not passed, and the run does not pass.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub skipped: bool,
 }
 
 impl Check {
@@ -33,6 +37,18 @@ impl Check {
             observed: why.to_string(),
             passed: true,
             not_applicable: true,
+            skipped: false,
+        }
+    }
+
+    pub fn skipped(name: &str, promise: &str, why: impl Into<String>) -> Check {
+        Check {
+            name: name.to_string(),
+            promise: promise.into(),
+            observed: format!("NOT CHECKED: {}", why.into()),
+            passed: false,
+            not_applicable: false,
+            skipped: true,
         }
     }
 }
@@ -51,7 +67,8 @@ pub async fn run(
     backend: Backend,
     workspace: Option<&Path>,
 ) -> Result<Report, SandboxError> {
-    let lab = lab::Lab::new(profile, backend, workspace)?;
+    let mut lab = lab::Lab::new(profile, backend, workspace)?;
+    lab.preflight().await?;
     let mut checks = Vec::new();
     probes::writes(&lab, &mut checks).await;
     probes::git(&lab, &mut checks).await;
@@ -91,6 +108,8 @@ pub fn render(report: &Report) -> String {
     for c in &report.checks {
         let verdict = if c.not_applicable {
             "n/a"
+        } else if c.skipped {
+            "SKIP"
         } else if c.passed {
             "PASS"
         } else {
@@ -101,17 +120,77 @@ pub fn render(report: &Report) -> String {
             c.name, verdict, c.promise, c.observed
         ));
     }
-    let failed = report.checks.iter().filter(|c| !c.passed).count();
-    let applicable = report.checks.iter().filter(|c| !c.not_applicable).count();
+    let count = |f: fn(&Check) -> bool| report.checks.iter().filter(|c| f(c)).count();
+    let applicable = count(|c| !c.not_applicable);
+    let passed = count(|c| c.passed && !c.not_applicable);
+    let failed = count(|c| !c.passed && !c.skipped);
+    let skipped = count(|c| c.skipped);
+    let verdict = if failed > 0 {
+        ": the sandbox does NOT keep this profile's promises here".to_string()
+    } else if skipped > 0 {
+        format!(
+            "; {skipped} could not be checked here (SKIP, see why above), so this profile \
+             is NOT proven on this machine"
+        )
+    } else {
+        String::new()
+    };
     out.push_str(&format!(
-        "\n{} of {} checks passed{}\n",
-        applicable - failed,
-        applicable,
-        if report.passed {
-            ""
-        } else {
-            ": the sandbox does NOT keep this profile's promises here"
-        }
+        "\n{passed} of {applicable} checks passed{verdict}\n"
     ));
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn report(checks: Vec<Check>) -> Report {
+        let passed = checks.iter().all(|c| c.passed);
+        Report {
+            backend: "landlock".into(),
+            profile: "workspace-write".into(),
+            checks,
+            passed,
+        }
+    }
+
+    fn pass(name: &str) -> Check {
+        Check {
+            name: name.into(),
+            promise: "denied".into(),
+            observed: "denied".into(),
+            passed: true,
+            not_applicable: false,
+            skipped: false,
+        }
+    }
+
+    /// A check that could not run is neither a pass nor a failure of the sandbox: the
+    /// run does not pass, and the verdict says the profile is not proven.
+    #[test]
+    fn skipped_checks_are_counted_apart_and_keep_the_run_from_passing() {
+        let r = report(vec![
+            pass("a"),
+            Check::skipped("b", "blocked", "python3 does not run"),
+            Check::not_applicable("c", "not here"),
+        ]);
+        assert!(!r.passed);
+        let text = render(&r);
+        assert!(text.contains("b      SKIP     blocked / NOT CHECKED: python3"), "{text}");
+        assert!(text.contains("1 of 2 checks passed; 1 could not be checked"), "{text}");
+        assert!(text.contains("NOT proven"), "{text}");
+        assert!(!text.contains("does NOT keep"), "{text}");
+
+        let mut failed = pass("d");
+        failed.passed = false;
+        let text = render(&report(vec![
+            failed,
+            Check::skipped("b", "blocked", "no listener"),
+        ]));
+        assert!(text.contains("0 of 2 checks passed: the sandbox does NOT keep"), "{text}");
+
+        let text = render(&report(vec![pass("a")]));
+        assert!(text.ends_with("1 of 1 checks passed\n"), "{text}");
+    }
 }

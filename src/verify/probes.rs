@@ -31,6 +31,7 @@ fn check(
         observed: observed.into(),
         passed,
         not_applicable: false,
+        skipped: false,
     }
 }
 
@@ -380,24 +381,57 @@ fn accepted_unix(l: &UnixListener) -> bool {
 }
 
 fn net_check(name: &str, allowed: bool, got: bool, r: &Result<Outcome, String>) -> Check {
-    let promise = if allowed {
+    // The probe prints `sent` or `blocked`: without either it never tried, and a
+    // listener that received nothing proves nothing.
+    let tried = r.as_ref().is_ok_and(|o| {
+        text(o)
+            .lines()
+            .any(|l| l == "sent" || l.starts_with("blocked"))
+    });
+    let observed = match r {
+        Err(e) => format!("sandbox error: {e}"),
+        Ok(_) if got => "the host listener received it".into(),
+        Ok(o) if !tried => format!("the probe did not run: {}", text(o).trim()),
+        Ok(_) => "the host listener received nothing".into(),
+    };
+    check(
+        name,
+        promise_for(allowed),
+        observed,
+        (tried || got) && got == allowed,
+    )
+}
+
+/// Why the probes that run python3 in the sandbox are skipped.
+const NO_PYTHON: &str = "python3 does not run in the sandbox, and this probe needs it";
+
+fn promise_for(allowed: bool) -> &'static str {
+    if allowed {
         "reaches the host listener"
     } else {
         "blocked"
-    };
-    let observed = match r {
-        Err(e) => format!("sandbox error: {e}"),
-        Ok(o) if text(o).contains("No module named") || text(o).contains("not found") => {
-            "python3 is not available in the sandbox".into()
-        }
-        Ok(_) if got => "the host listener received it".into(),
-        Ok(_) => "the host listener received nothing".into(),
-    };
-    check(name, promise, observed, r.is_ok() && got == allowed)
+    }
 }
 
 pub async fn network(lab: &Lab, out: &mut Vec<Check>) {
     let net = lab.policy.network;
+    if !lab.python {
+        for (name, allowed) in [
+            ("network: TCP to a host listener", net),
+            ("network: UDP to a host socket", net),
+            ("network: IPv6 TCP to a host listener", net),
+            ("network: host unix socket (e.g. docker.sock)", false),
+            ("network: host abstract unix socket", false),
+        ] {
+            out.push(Check::skipped(name, promise_for(allowed), NO_PYTHON));
+        }
+        out.push(Check::skipped(
+            "network: socketpair still works",
+            "works",
+            NO_PYTHON,
+        ));
+        return;
+    }
     match TcpListener::bind("127.0.0.1:0") {
         Ok(l) => {
             let port = l.local_addr().map(|a| a.port()).unwrap_or(0);
@@ -409,11 +443,10 @@ pub async fn network(lab: &Lab, out: &mut Vec<Check>) {
                 &r,
             ));
         }
-        Err(e) => out.push(check(
+        Err(e) => out.push(Check::skipped(
             "network: TCP to a host listener",
-            "blocked",
-            format!("cannot listen: {e}"),
-            false,
+            promise_for(net),
+            format!("the host side cannot listen: {e}"),
         )),
     }
     match UdpSocket::bind("127.0.0.1:0") {
@@ -425,11 +458,10 @@ pub async fn network(lab: &Lab, out: &mut Vec<Check>) {
             let got = u.recv(&mut buf).is_ok();
             out.push(net_check("network: UDP to a host socket", net, got, &r));
         }
-        Err(e) => out.push(check(
+        Err(e) => out.push(Check::skipped(
             "network: UDP to a host socket",
-            "blocked",
-            format!("cannot bind: {e}"),
-            false,
+            promise_for(net),
+            format!("the host side cannot bind: {e}"),
         )),
     }
     match TcpListener::bind("[::1]:0") {
@@ -459,11 +491,10 @@ pub async fn network(lab: &Lab, out: &mut Vec<Check>) {
                 &r,
             ));
         }
-        Err(e) => out.push(check(
+        Err(e) => out.push(Check::skipped(
             "network: host unix socket (e.g. docker.sock)",
             "blocked",
-            format!("cannot listen: {e}"),
-            false,
+            format!("the host side cannot listen: {e}"),
         )),
     }
     let name = format!("{}-abstract", lab.marker);
@@ -481,11 +512,10 @@ pub async fn network(lab: &Lab, out: &mut Vec<Check>) {
                 &r,
             ));
         }
-        Err(e) => out.push(check(
+        Err(e) => out.push(Check::skipped(
             "network: host abstract unix socket",
             "blocked",
-            format!("cannot listen: {e}"),
-            false,
+            format!("the host side cannot listen: {e}"),
         )),
     }
     let r = run(
@@ -710,6 +740,26 @@ pub async fn syscalls(lab: &Lab, out: &mut Vec<Check>) {
         ));
         return;
     }
+    if !lab.python {
+        for (name, promise) in [
+            ("syscalls: TIOCSTI denied by seccomp", "EPERM"),
+            (
+                "syscalls: new namespaces and mounts denied",
+                "unshare and mount fail with EPERM",
+            ),
+            ("syscalls: ptrace of a host process", "denied"),
+        ] {
+            out.push(Check::skipped(name, promise, NO_PYTHON));
+        }
+        if cfg!(target_arch = "x86_64") {
+            out.push(Check::skipped(
+                "syscalls: 32-bit int 0x80 entry",
+                "the process is killed (seccomp architecture check)",
+                NO_PYTHON,
+            ));
+        }
+        return;
+    }
     let r = run(
         lab,
         "python3 -c 'import fcntl,termios,errno\ntry:\n fcntl.ioctl(0, termios.TIOCSTI, b\"x\"); print(\"tiocsti-allowed\")\nexcept OSError as e: print(\"tiocsti\", errno.errorcode.get(e.errno))'",
@@ -749,11 +799,10 @@ pub async fn syscalls(lab: &Lab, out: &mut Vec<Check>) {
     let decoy = match Decoy::start() {
         Ok(d) => d,
         Err(e) => {
-            out.push(check(
+            out.push(Check::skipped(
                 "syscalls: ptrace of a host process",
                 "denied",
-                format!("cannot start a decoy: {e}"),
-                false,
+                format!("cannot start a host process to aim at: {e}"),
             ));
             return;
         }
@@ -773,15 +822,21 @@ pub async fn syscalls(lab: &Lab, out: &mut Vec<Check>) {
         traced
     };
     let (r, traced) = tokio::join!(run(lab, &script), watch);
+    let tried = r.as_ref().is_ok_and(|o| text(o).contains("attach"));
     out.push(check(
         "syscalls: ptrace of a host process",
         "denied",
         if traced {
             "the host process was TRACED".to_string()
+        } else if !tried {
+            format!(
+                "the probe did not run: {}",
+                r.as_ref().map(text).unwrap_or_else(|e| e.clone()).trim()
+            )
         } else {
             "the host process was never traced".into()
         },
-        r.is_ok() && !traced,
+        tried && !traced,
     ));
 
     drop(decoy);
@@ -790,17 +845,20 @@ pub async fn syscalls(lab: &Lab, out: &mut Vec<Check>) {
         let r = run(lab, PY_INT80).await;
         let t = r.as_ref().map(text).unwrap_or_default();
         let survived = t.contains("int80-returned");
+        // Only a probe that got as far as the call counts: python3 failing to start, or
+        // to map the page, also exits non-zero.
+        let killed = t.contains("int80-calling") && r.as_ref().is_ok_and(|o| o.exit_code != 0);
         out.push(check(
             "syscalls: 32-bit int 0x80 entry",
             "the process is killed (seccomp architecture check)",
             if survived {
                 "the 32-bit syscall RETURNED".to_string()
-            } else if r.as_ref().is_ok_and(|o| o.exit_code != 0) {
+            } else if killed {
                 "killed".into()
             } else {
                 format!("unexpected: {}", t.trim())
             },
-            r.as_ref().is_ok_and(|o| o.exit_code != 0) && !survived,
+            killed && !survived,
         ));
     } else {
         out.push(Check::not_applicable(
@@ -817,6 +875,7 @@ code = bytes([0xb8,20,0,0,0, 0xcd,0x80, 0xc3])
 m = mmap.mmap(-1, 4096, flags=mmap.MAP_PRIVATE|mmap.MAP_ANONYMOUS|0x40, prot=mmap.PROT_READ|mmap.PROT_WRITE|mmap.PROT_EXEC)
 m.write(code)
 addr = ctypes.addressof(ctypes.c_char.from_buffer(m))
+print(\"int80-calling\", flush=True)
 ctypes.CFUNCTYPE(ctypes.c_int)(addr)()
 print(\"int80-returned\")
 '";
@@ -825,11 +884,10 @@ pub async fn signals(lab: &Lab, out: &mut Vec<Check>) {
     let mut decoy = match Decoy::start() {
         Ok(d) => d,
         Err(e) => {
-            out.push(check(
+            out.push(Check::skipped(
                 "syscalls: signals to host processes",
                 "denied",
-                format!("cannot start a decoy: {e}"),
-                false,
+                format!("cannot start a host process to aim at: {e}"),
             ));
             return;
         }
