@@ -237,6 +237,7 @@ struct Call {
     after: Vec<Box<dyn crate::sandbox::AfterCall>>,
     temp_dirs: Vec<tempfile::TempDir>,
     held: Vec<Box<dyn std::any::Any + Send>>,
+    bwrap_probe_memo: Option<std::path::PathBuf>,
 }
 
 impl Call {
@@ -255,12 +256,14 @@ impl Call {
             after,
             temp_dirs,
             held,
+            bwrap_probe_memo,
         } = prepared;
         let call = Call {
             backend,
             after,
             temp_dirs,
             held,
+            bwrap_probe_memo,
         };
         (launch, call)
     }
@@ -518,6 +521,7 @@ async fn follow(
                 temp_dirs,
                 // Kept (not dropped) until this function returns: the call is over by then.
                 held: _held,
+                bwrap_probe_memo,
             },
         own:
             OwnEnds {
@@ -635,7 +639,7 @@ async fn follow(
                 .reap()
                 .map_err(|e| SandboxError::Unavailable(format!("waiting for bwrap: {e}")))?;
             let status = std::process::ExitStatus::from_raw(status);
-            check_bwrap_status(&mut outcome, status, &stderr_head)?;
+            check_bwrap_status(&mut outcome, status, &stderr_head, bwrap_probe_memo)?;
         }
         #[cfg(not(target_os = "linux"))]
         Running::Command(mut child) => {
@@ -643,7 +647,7 @@ async fn follow(
                 .wait()
                 .await
                 .map_err(|e| SandboxError::Unavailable(format!("waiting for bwrap: {e}")))?;
-            check_bwrap_status(&mut outcome, status, &stderr_head)?;
+            check_bwrap_status(&mut outcome, status, &stderr_head, bwrap_probe_memo)?;
         }
         #[cfg(target_os = "linux")]
         Running::Supervised {
@@ -679,6 +683,7 @@ fn check_bwrap_status(
     outcome: &mut Outcome,
     status: std::process::ExitStatus,
     stderr_head: &[u8],
+    memo: Option<std::path::PathBuf>,
 ) -> Result<(), SandboxError> {
     // bwrap says why it failed in one `bwrap: ` line and exits 1. Its exec of the command
     // failing (a missing `#!` interpreter, a masked path) is the command's 127 or 126,
@@ -697,8 +702,18 @@ fn check_bwrap_status(
                     SandboxError::NotExecutable(message)
                 });
             }
+            // Whatever the cause, the memo that bwrap works here is not to be trusted
+            // any more: the next call runs the probe again (and `auto` moves on to
+            // another backend if bwrap no longer works at all).
+            let memo = memo.filter(|memo| std::fs::remove_file(memo).is_ok());
             Err(SandboxError::Unavailable(format!(
-                "bubblewrap could not set up the sandbox: {line}"
+                "bubblewrap could not set up the sandbox: {line}{}",
+                if memo.is_some() {
+                    "; chitti had found bwrap working here earlier, and will test it \
+                     again on the next call (`chitti doctor` shows what `auto` picks)"
+                } else {
+                    ""
+                }
             )))
         }
         // bwrap reports a command killed by signal N as 128+N; it cannot say more.
@@ -974,6 +989,37 @@ mod tests {
             crate::sandbox::prepare(Backend::Landlock, &fx.policy, &command, &fx.ws).unwrap();
         let output = Output::Capture { max_bytes: 64 };
         Some(start_with(prepared, Input::Null, output, wait_for_start).unwrap())
+    }
+
+    /// bwrap failing to set a call up (here: a writable root removed after the call was
+    /// prepared) makes chitti forget its memo that bwrap works here, so that the next
+    /// call probes bwrap again instead of trusting it; the error says so.
+    #[test]
+    fn a_bwrap_that_fails_to_set_a_call_up_is_probed_again_next_time() {
+        if let Some(why) = Capabilities::get().bwrap_static_blocker() {
+            eprintln!("SKIP: {why}");
+            return;
+        }
+        let fx = Fixture::new();
+        let gone = fx.ws.join("gone");
+        std::fs::create_dir(&gone).unwrap();
+        let mut policy = (*fx.policy).clone();
+        policy.writable.push(gone.clone());
+        let memo = crate::sandbox::capabilities::ProbeCache::path(&policy.state_dir);
+        std::fs::create_dir_all(memo.parent().unwrap()).unwrap();
+        std::fs::write(&memo, "found working").unwrap();
+        let command: Vec<std::ffi::OsString> = vec!["true".into()];
+        let prepared = crate::sandbox::prepare(Backend::Bwrap, &policy, &command, &fx.ws).unwrap();
+        std::fs::remove_dir(&gone).unwrap();
+        let output = Output::Capture { max_bytes: 4096 };
+        let started = start_with(prepared, Input::Null, output, None).unwrap();
+        let finished = finish(started, Duration::from_secs(60), std::future::pending());
+        let err = runtime().block_on(finished).unwrap_err();
+        let text = err.to_string();
+        assert_eq!(err.exit_code(), 125, "{text}");
+        assert!(text.contains("could not set up the sandbox"), "{text}");
+        assert!(text.contains("test it again on the next call"), "{text}");
+        assert!(!memo.exists(), "the memo that bwrap works was kept");
     }
 
     /// Checked from outside: the supervisor's child already runs `sleep` (it has exec'd).

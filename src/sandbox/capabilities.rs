@@ -320,7 +320,7 @@ impl ProbeCache {
             .map(|d| d.as_secs())
             .unwrap_or(0);
         ProbeCache {
-            path: state_dir.join("bwrap-probe-ok"),
+            path: ProbeCache::path(state_dir),
             key: format!(
                 "boot={} uid={} bwrap={} mtime={mtime}\n",
                 boot.trim(),
@@ -328,6 +328,11 @@ impl ProbeCache {
                 bwrap.display()
             ),
         }
+    }
+
+    /// Where the memo is kept.
+    pub fn path(state_dir: &Path) -> PathBuf {
+        state_dir.join("bwrap-probe-ok")
     }
 
     pub fn holds(&self) -> bool {

@@ -204,6 +204,9 @@ pub struct Prepared {
     /// Held until the call is over: a session's Landlock ruleset goes back to its cache
     /// then, once the command has enforced it.
     pub held: Vec<Box<dyn std::any::Any + Send>>,
+    /// bwrap's on-disk memo that it works here, forgotten if bwrap then fails to set a
+    /// call up, so that the next call probes it again instead of trusting the memo.
+    pub bwrap_probe_memo: Option<PathBuf>,
 }
 
 impl Prepared {
@@ -444,6 +447,7 @@ fn unsandboxed(
         after: Vec::new(),
         temp_dirs: Vec::new(),
         held: Vec::new(),
+        bwrap_probe_memo: None,
     })
 }
 

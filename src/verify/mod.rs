@@ -177,8 +177,14 @@ mod tests {
         ]);
         assert!(!r.passed);
         let text = render(&r);
-        assert!(text.contains("b      SKIP     blocked / NOT CHECKED: python3"), "{text}");
-        assert!(text.contains("1 of 2 checks passed; 1 could not be checked"), "{text}");
+        assert!(
+            text.contains("b      SKIP     blocked / NOT CHECKED: python3"),
+            "{text}"
+        );
+        assert!(
+            text.contains("1 of 2 checks passed; 1 could not be checked"),
+            "{text}"
+        );
         assert!(text.contains("NOT proven"), "{text}");
         assert!(!text.contains("does NOT keep"), "{text}");
 
@@ -188,7 +194,10 @@ mod tests {
             failed,
             Check::skipped("b", "blocked", "no listener"),
         ]));
-        assert!(text.contains("0 of 2 checks passed: the sandbox does NOT keep"), "{text}");
+        assert!(
+            text.contains("0 of 2 checks passed: the sandbox does NOT keep"),
+            "{text}"
+        );
 
         let text = render(&report(vec![pass("a")]));
         assert!(text.ends_with("1 of 1 checks passed\n"), "{text}");

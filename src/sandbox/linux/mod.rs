@@ -166,6 +166,9 @@ pub(crate) fn prepare_bwrap(
         after,
         temp_dirs: Vec::new(),
         held: Vec::new(),
+        bwrap_probe_memo: Some(crate::sandbox::capabilities::ProbeCache::path(
+            &policy.state_dir,
+        )),
     })
 }
 
@@ -357,6 +360,7 @@ fn prepare_supervised(
         after: Vec::new(),
         temp_dirs,
         held,
+        bwrap_probe_memo: None,
     })
 }
 

@@ -59,5 +59,6 @@ pub fn prepare(
         after: super::nested_repo_checks(policy),
         temp_dirs,
         held: Vec::new(),
+        bwrap_probe_memo: None,
     })
 }
