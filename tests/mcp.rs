@@ -32,13 +32,20 @@ impl Server {
     }
 
     async fn start_in(fx: Fixture, extra: &[&str]) -> Server {
-        Server::start_limited(fx, extra, None).await
+        Server::start_limited(fx, extra, None, None).await
     }
 
     /// With `max_file_bytes`, the server runs under that file size limit
     /// (`RLIMIT_FSIZE`), with `SIGXFSZ` ignored: a write past it fails with EFBIG, as
     /// one to a full disk fails with ENOSPC.
-    async fn start_limited(fx: Fixture, extra: &[&str], max_file_bytes: Option<u64>) -> Server {
+    /// A server under RLIMIT_FSIZE `max_file_bytes` (SIGXFSZ ignored, so that a write past
+    /// it fails with EFBIG) and RLIMIT_NOFILE `max_open_files`.
+    async fn start_limited(
+        fx: Fixture,
+        extra: &[&str],
+        max_file_bytes: Option<u64>,
+        max_open_files: Option<u64>,
+    ) -> Server {
         let secret = marker("ssh-key");
         write(&fx.home.join(".ssh/id_ed25519"), &format!("{secret}\n"));
         let mut cmd = tokio::process::Command::new(chitti_bin());
@@ -51,22 +58,27 @@ impl Server {
             .env("PATH", PATH)
             .env("HOME", &fx.home)
             .env("LANG", "C.UTF-8");
-        if let Some(limit) = max_file_bytes {
-            // SAFETY: only async-signal-safe system calls between fork and exec.
-            unsafe {
-                cmd.pre_exec(move || {
-                    let rlimit = libc::rlimit {
-                        rlim_cur: limit,
-                        rlim_max: limit,
-                    };
-                    if libc::setrlimit(libc::RLIMIT_FSIZE, &rlimit) != 0
-                        || libc::signal(libc::SIGXFSZ, libc::SIG_IGN) == libc::SIG_ERR
-                    {
-                        return Err(std::io::Error::last_os_error());
+        // SAFETY: only async-signal-safe system calls between fork and exec.
+        unsafe {
+            cmd.pre_exec(move || {
+                let limit = |resource, limit: Option<u64>| match limit {
+                    Some(limit) => {
+                        let rlimit = libc::rlimit {
+                            rlim_cur: limit,
+                            rlim_max: limit,
+                        };
+                        libc::setrlimit(resource, &rlimit) == 0
                     }
-                    Ok(())
-                });
-            }
+                    None => true,
+                };
+                if !limit(libc::RLIMIT_FSIZE, max_file_bytes)
+                    || !limit(libc::RLIMIT_NOFILE, max_open_files)
+                    || libc::signal(libc::SIGXFSZ, libc::SIG_IGN) == libc::SIG_ERR
+                {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
         }
         let (transport, _) = TokioChildProcess::builder(cmd)
             .stderr(Stdio::null())
@@ -582,6 +594,36 @@ async fn file_tools_are_confined_to_the_workspace() {
     assert!(r.is_error, "{r:?}");
 }
 
+/// A path many levels deep is created, and a failed write into one removes every
+/// directory it made, however many: no descriptor is held per level (the server runs
+/// here with 256 descriptors and the path has 400 levels).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deep_new_directories_are_made_and_removed_without_a_descriptor_each() {
+    let fx = Fixture::new();
+    let server = Server::start_limited(fx, &["--allow-write-tools"], None, Some(256)).await;
+    let deep = "d/".repeat(400);
+    let r = server
+        .call(
+            "write_file",
+            json!({"path": format!("{deep}{}", "n".repeat(300)), "content": "x"}),
+        )
+        .await;
+    assert!(r.is_error, "{}", r.text);
+    assert!(!r.text.contains("os error 24"), "{}", r.text);
+    assert!(
+        !server.fx.ws("d").exists(),
+        "the directories made for a file that was not written were left"
+    );
+    let r = server
+        .call(
+            "write_file",
+            json!({"path": format!("{deep}ok"), "content": "x"}),
+        )
+        .await;
+    assert!(!r.is_error, "{}", r.text);
+    assert_eq!(read(&server.fx.ws(&format!("{deep}ok"))), "x");
+}
+
 /// A write that fails part-way (here past a file size limit; a full disk or a quota
 /// fails the same way) leaves nothing half-done: a replaced or edited file keeps its old
 /// content, a new one is not left behind, and no temporary file stays.
@@ -592,7 +634,7 @@ async fn a_write_that_fails_part_way_leaves_the_file_as_it_was() {
     let original = format!("keep me\n{}\n", "line of text\n".repeat(100));
     write(&fx.ws("kept.txt"), &original);
     write(&fx.ws("edited.txt"), &original);
-    let server = Server::start_limited(fx, &["--allow-write-tools"], Some(LIMIT)).await;
+    let server = Server::start_limited(fx, &["--allow-write-tools"], Some(LIMIT), None).await;
     let too_big = "x".repeat(2 * LIMIT as usize);
 
     let r = server

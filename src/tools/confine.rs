@@ -131,18 +131,31 @@ pub struct Writable {
     made: MadeDirs,
 }
 
-/// Directories a write made, outermost first, each as its parent, its name there and its
-/// identity (device, inode).
+/// Directories a write made, outermost first, each as its path beneath the workspace and
+/// its identity (device, inode), recorded the moment it was made. No descriptor is held
+/// per directory (a path may have thousands of levels): each parent is opened again,
+/// beneath the workspace and through no link, to remove one.
 #[derive(Debug, Default)]
-struct MadeDirs(Vec<(sys::Node, OsString, (u64, u64))>);
+struct MadeDirs {
+    root: Option<sys::Node>,
+    dirs: Vec<(PathBuf, (u64, u64))>,
+}
 
 impl MadeDirs {
     /// Removes them, innermost first, where they are still the ones made and still empty
-    /// (best effort: what cannot be removed stays, and is harmless).
+    /// (best effort: what cannot be removed stays, and is harmless). A process that found
+    /// one of them already there a moment ago (`mkdir -p`) may then miss it: the price of
+    /// leaving nothing behind, paid only when a write fails.
     fn undo(self) {
-        for (parent, name, id) in self.0.into_iter().rev() {
-            if let Ok(dir) = parent.dir_fd() {
-                let _ = super::replace::remove_dir_if_same(dir, &name, id);
+        let Some(root) = self.root else { return };
+        for (rel, id) in self.dirs.into_iter().rev() {
+            let (Some(parent), Some(name)) = (rel.parent(), rel.file_name()) else {
+                continue;
+            };
+            if let Ok(parent) = root.beneath(parent, false) {
+                if let Ok(dir) = parent.dir_fd() {
+                    let _ = super::replace::remove_dir_if_same(dir, name, id);
+                }
             }
         }
     }
@@ -275,6 +288,9 @@ pub fn open_write(policy: &Policy, path: &str, mode: WriteMode) -> Result<Writab
         _ => root.beneath(parent_rel, true).map_err(|e| target.err(e)),
     }
     .and_then(|parent| open_in(&target, parent, name, mode));
+    if !made.dirs.is_empty() {
+        made.root = Some(root);
+    }
     match opened {
         Ok(mut writable) => {
             writable.made = made;
@@ -464,16 +480,16 @@ impl<'a> Target<'a> {
                         display(self.policy, &dir)
                     ))
                 })?;
-                // Exactly the directory just made: one component, no links.
-                let node = parent
-                    .beneath(Path::new(name), false)
-                    .map_err(|e| self.err(e))?;
                 if new {
-                    if let Ok(id) = node.id() {
-                        made.0.push((parent, name.to_os_string(), id));
+                    // Recorded before anything else can fail.
+                    if let Ok(id) = parent.child_id(name) {
+                        made.dirs.push((rel.to_path_buf(), id));
                     }
                 }
-                Ok(node)
+                // Exactly the directory just made: one component, no links.
+                parent
+                    .beneath(Path::new(name), false)
+                    .map_err(|e| self.err(e))
             }
             other => other.map_err(|e| self.err(e)),
         }
@@ -709,9 +725,10 @@ mod sys {
             }
         }
 
-        /// The object's device and inode.
-        pub fn id(&self) -> io::Result<(u64, u64)> {
-            let st = fstat(&self.0)?;
+        /// The device and inode of entry `name` here (a link itself, not followed).
+        pub fn child_id(&self, name: &OsStr) -> io::Result<(u64, u64)> {
+            let st =
+                nix::sys::stat::fstatat(&self.0, name, nix::fcntl::AtFlags::AT_SYMLINK_NOFOLLOW)?;
             Ok((st.st_dev as u64, st.st_ino as u64))
         }
 
@@ -835,9 +852,9 @@ mod sys {
             }
         }
 
-        pub fn id(&self) -> io::Result<(u64, u64)> {
+        pub fn child_id(&self, name: &OsStr) -> io::Result<(u64, u64)> {
             use std::os::unix::fs::MetadataExt;
-            let meta = std::fs::symlink_metadata(&self.0)?;
+            let meta = std::fs::symlink_metadata(self.0.join(name))?;
             Ok((meta.dev(), meta.ino()))
         }
 
