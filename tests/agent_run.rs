@@ -381,29 +381,38 @@ fn openai_parallel_calls_are_answered_by_id() {
     );
 }
 
-/// A stream that breaks off mid-answer (no finish_reason, no [DONE]) is an error, not
-/// an answer.
+/// A stream that breaks off mid-answer (no finish_reason, no [DONE]) is never taken for
+/// an answer. `run` shows a reply only once it is whole, so nobody saw the first part: it
+/// is asked for again, and the answer is the whole second reply.
 #[test]
 fn an_openai_stream_cut_off_midway_is_not_an_answer() {
     let fx = Fixture::new();
-    let server = ModelServer::start(vec![Reply::Sse(vec![
-        json!({"choices": [{"index": 0, "delta": {"content": "Yes, it is safe to delete the"}}]}),
-    ])]);
+    let server = ModelServer::start(vec![
+        Reply::Sse(vec![
+            json!({"choices": [{"index": 0, "delta": {"content": "Yes, it is safe to delete the"}}]}),
+        ]),
+        Reply::Sse(vec![
+            json!({"choices": [{"index": 0, "delta": {"content": "No."}}]}),
+            json!({"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]}),
+        ]),
+    ]);
     let run = Agent::new(&fx, "openai", &server).run("is it safe?");
-    assert_cut_off_and_not_asked_again(&run, &server);
+    assert_cut_off_and_asked_again(&run, &server, "No.\n");
 }
 
-/// A run whose streamed reply was cut off after some text: an error, and one request
-/// only (its text was already passed on: asking again would show a second reply).
-fn assert_cut_off_and_not_asked_again(run: &Run, server: &ModelServer) {
-    assert_eq!(run.code, Some(1), "{}", run.stderr);
+/// A run whose streamed reply was cut off after some text: reported, asked again, and
+/// only the second, whole reply is the answer.
+fn assert_cut_off_and_asked_again(run: &Run, server: &ModelServer, answer: &str) {
+    assert_eq!(run.code, Some(0), "{}", run.stderr);
+    assert_eq!(run.stdout, answer, "{}", run.stderr);
     assert!(
         run.stderr
             .contains("the stream ended before the reply was complete"),
         "{}",
         run.stderr
     );
-    assert_eq!(server.requests().len(), 1, "{}", run.stderr);
+    assert!(run.stderr.contains("retrying"), "{}", run.stderr);
+    assert_eq!(server.requests().len(), 2, "{}", run.stderr);
 }
 
 /// The same for Gemini, whose last chunk carries the finishReason.
@@ -415,9 +424,82 @@ fn a_gemini_stream_cut_off_midway_is_not_an_answer() {
         .as_object_mut()
         .unwrap()
         .remove("finishReason");
-    let server = ModelServer::start(vec![Reply::Sse(vec![partial])]);
+    let server = ModelServer::start(vec![
+        Reply::Sse(vec![partial]),
+        Reply::Sse(vec![gemini_text("No.")]),
+    ]);
     let run = Agent::new(&fx, "gemini", &server).run("is it safe?");
-    assert_cut_off_and_not_asked_again(&run, &server);
+    assert_cut_off_and_asked_again(&run, &server, "No.\n");
+}
+
+/// `chat` streams text to the terminal as it arrives: a reply cut off after some of it
+/// was shown is an error, not asked again (a second reply would follow the first half).
+#[test]
+fn a_chat_reply_cut_off_after_it_was_shown_is_not_asked_again() {
+    let fx = Fixture::new();
+    let server = ModelServer::start(vec![
+        Reply::Sse(vec![
+            json!({"choices": [{"index": 0, "delta": {"content": "Yes, it is safe to delete the"}}]}),
+        ]),
+        Reply::Sse(vec![
+            json!({"choices": [{"index": 0, "delta": {"content": "second reply"}}]}),
+            json!("[DONE]"),
+        ]),
+    ]);
+    let mut child = Agent::new(&fx, "openai", &server).chat();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(b"is it safe?\n/exit\n")
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    assert!(
+        stderr.contains("the stream ended before the reply was complete"),
+        "{stderr}"
+    );
+    assert!(!stdout.contains("second reply"), "{stdout}");
+    assert_eq!(server.requests().len(), 1, "{stderr}");
+}
+
+/// A reply that stopped at the model's output token limit is not an answer: `run` prints
+/// what there is, says it is incomplete, and exits 1; the event log says `cut_off`.
+#[test]
+fn an_answer_cut_off_at_the_token_limit_is_not_taken_for_a_whole_one() {
+    let fx = Fixture::new();
+    for (provider, reply) in [
+        (
+            "openai",
+            json!({"choices": [{"index": 0, "message": {"role": "assistant", "content": "partial ans"},
+                "finish_reason": "length"}]}),
+        ),
+        ("gemini", {
+            let mut r = gemini_text("partial ans");
+            r["candidates"][0]["finishReason"] = json!("MAX_TOKENS");
+            r
+        }),
+    ] {
+        let server = ModelServer::start(vec![Reply::Json(200, reply)]);
+        let log = fx.root.join(format!("{provider}-events.jsonl"));
+        let run = Agent::new(&fx, provider, &server)
+            .arg("--no-stream")
+            .events_at(log.to_str().unwrap())
+            .run("explain");
+        assert_eq!(run.code, Some(1), "{provider}: {}", run.stderr);
+        assert_eq!(run.stdout, "partial ans\n", "{provider}");
+        assert!(
+            run.stderr
+                .contains("cut off at the model's output token limit"),
+            "{provider}: {}",
+            run.stderr
+        );
+        let events = std::fs::read_to_string(&log).unwrap();
+        assert!(events.contains(r#""how":"cut_off""#), "{events}");
+    }
 }
 
 /// A reply that broke off before any of its text was passed on was seen by no one: the
@@ -463,6 +545,22 @@ fn a_reply_cut_off_before_anything_was_shown_is_asked_again() {
     assert_eq!(run.stdout, "whole answer\n");
     assert_eq!(server.requests().len(), 2);
     assert!(!fx.ws("half").exists(), "a cut-off call ran");
+    // A stream with nothing in it (no message, no end): asked again, not an empty answer.
+    let server = ModelServer::start(vec![
+        Reply::Sse(vec![]),
+        Reply::Sse(vec![
+            chunk(json!({"content": "whole answer"})),
+            json!("[DONE]"),
+        ]),
+    ]);
+    let run = Agent::new(&fx, "openai", &server).run("hello");
+    assert_eq!(run.code, Some(0), "{}", run.stderr);
+    assert_eq!(run.stdout, "whole answer\n");
+    assert!(
+        run.stderr.contains("without a reply in it"),
+        "{}",
+        run.stderr
+    );
     // Bounded: a reply that keeps breaking off is an error in the end.
     let server = ModelServer::start(vec![
         Reply::BrokenOff(gemini_text("lost")),

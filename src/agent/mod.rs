@@ -60,6 +60,8 @@ impl Stats {
 pub enum TurnEnd {
     /// The model answered without calling tools.
     Answer(String),
+    /// The model's answer stopped at its output token limit: the text is incomplete.
+    CutOff(String),
     /// The user answered "stop" to an approval question.
     Stopped,
     /// The model was still calling tools after this many rounds.
@@ -184,7 +186,11 @@ impl<P: Provider> Agent<P> {
             };
             self.history.push(Message::Assistant(turn.clone()));
             if turn.calls.is_empty() {
-                return self.end(TurnEnd::Answer(turn.text));
+                return self.end(if turn.cut_off {
+                    TurnEnd::CutOff(turn.text)
+                } else {
+                    TurnEnd::Answer(turn.text)
+                });
             }
             if rounds == self.max_steps {
                 // The model wants more; answer its calls so the history stays valid.
@@ -207,6 +213,7 @@ impl<P: Provider> Agent<P> {
     fn end(&self, end: TurnEnd) -> TurnEnd {
         let (how, detail) = match &end {
             TurnEnd::Answer(text) => ("answer", json!(text)),
+            TurnEnd::CutOff(text) => ("cut_off", json!(text)),
             TurnEnd::Stopped => ("stopped", Value::Null),
             TurnEnd::MaxSteps(n) => ("max_steps", json!(n)),
             TurnEnd::Cancelled => ("cancelled", Value::Null),

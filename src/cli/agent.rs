@@ -44,7 +44,8 @@ struct Session {
 }
 
 impl Session {
-    fn build(args: &AgentArgs, stream: bool) -> Result<Session, Refusal> {
+    /// `shows_text`: the model's text goes to the terminal as it streams (`chat`).
+    fn build(args: &AgentArgs, stream: bool, shows_text: bool) -> Result<Session, Refusal> {
         let dirs = ChittiDirs::from_env().map_err(|e| bad_input(e.to_string()))?;
         let config_path = Config::path(&dirs.config);
         let config = Config::load(&config_path).map_err(bad_input)?;
@@ -87,7 +88,7 @@ impl Session {
         // The provider's input is checked before the log exists: a refused run leaves
         // no empty log behind. Its retry notices reach the log once it is open.
         let late_events: Arc<OnceLock<Arc<EventLog>>> = Arc::default();
-        let provider = build_provider(args, &config, stream, &late_events)?;
+        let provider = build_provider(args, &config, stream, shows_text, &late_events)?;
         let events = Arc::new(
             match &args.events {
                 Some(path) => EventLog::open(path),
@@ -195,6 +196,7 @@ fn build_provider(
     args: &AgentArgs,
     config: &Config,
     stream: bool,
+    shows_text: bool,
     events: &Arc<OnceLock<Arc<EventLog>>>,
 ) -> Result<AnyProvider, Refusal> {
     let name = args
@@ -222,6 +224,7 @@ fn build_provider(
                 );
             }
         })),
+        streamed_text_is_shown: shows_text,
         ..HttpOptions::default()
     };
     let from_env = |var: &str| std::env::var(var).ok().filter(|v| !v.trim().is_empty());
@@ -351,7 +354,7 @@ fn run_task(args: &AgentArgs, prompt: &str) -> Result<i32, Refusal> {
         ));
     }
     let rt = runtime()?;
-    let session = Session::build(args, !args.no_stream)?;
+    let session = Session::build(args, !args.no_stream, false)?;
     let asker: SharedAsker = Arc::new(Mutex::new(TerminalAsker::new()));
     let mut agent = session.into_agent(asker, Box::new(print_progress));
     let started = Instant::now();
@@ -366,6 +369,15 @@ fn run_task(args: &AgentArgs, prompt: &str) -> Result<i32, Refusal> {
             }
             0
         }
+        // What there is goes out, but not as an answer: a script must not take it for one.
+        TurnEnd::CutOff(partial) => {
+            out_model_text(&partial);
+            if !partial.ends_with('\n') {
+                super::out("\n");
+            }
+            report_error(&describe_end(&TurnEnd::CutOff(String::new())));
+            1
+        }
         other => {
             report_error(&describe_end(&other));
             1
@@ -378,6 +390,10 @@ fn run_task(args: &AgentArgs, prompt: &str) -> Result<i32, Refusal> {
 fn describe_end(end: &TurnEnd) -> String {
     match end {
         TurnEnd::Answer(_) => "answered".to_string(),
+        TurnEnd::CutOff(_) => "the answer was cut off at the model's output token limit: \
+            what it wrote is incomplete (ask for a shorter answer, or raise the model's \
+            output limit on its server)"
+            .to_string(),
         TurnEnd::Stopped => "stopped by the user".to_string(),
         TurnEnd::MaxSteps(n) => format!(
             "gave up: the model was still calling tools after {n} rounds (raise --max-steps)"
@@ -423,7 +439,7 @@ pub fn chat(args: AgentArgs) -> i32 {
 
 fn chat_session(args: &AgentArgs) -> Result<i32, Refusal> {
     let rt = runtime()?;
-    let session = Session::build(args, !args.no_stream)?;
+    let session = Session::build(args, !args.no_stream, true)?;
     let editor = rustyline::DefaultEditor::new()
         .map_err(|e| Refusal(1, format!("cannot set up line editing: {e}")))?;
     let editor = Arc::new(Mutex::new(LineEditor(editor)));
@@ -494,6 +510,10 @@ fn chat_session(args: &AgentArgs) -> Result<i32, Refusal> {
             };
             match end {
                 TurnEnd::Answer(_) => super::out("\n"),
+                TurnEnd::CutOff(_) => {
+                    super::out("\n");
+                    report_error(&describe_end(&end));
+                }
                 TurnEnd::Cancelled => eprintln!("chitti: turn stopped; what ran was killed"),
                 other => report_error(&describe_end(&other)),
             }

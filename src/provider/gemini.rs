@@ -314,6 +314,7 @@ impl ReplyBuilder {
             )));
         }
         turn.raw = Some(json!({"role": "model", "parts": self.parts}));
+        turn.cut_off = self.finish_reason.as_deref() == Some("MAX_TOKENS");
         Ok(Reply {
             turn,
             usage: self.usage,
@@ -401,9 +402,18 @@ mod tests {
         .unwrap();
         assert_eq!(text, "Hello");
         assert_eq!(reply.turn.text, "Hello");
+        assert!(!reply.turn.cut_off);
         assert_eq!(
             reply.turn.raw.unwrap()["parts"][1]["thoughtSignature"],
             "AAA"
+        );
+        let (cut, _) = collect(&[
+            r#"{"candidates": [{"content": {"parts": [{"text": "Long"}]}, "finishReason": "MAX_TOKENS"}]}"#,
+        ])
+        .unwrap();
+        assert!(
+            cut.turn.cut_off,
+            "a reply stopped at the token limit is marked"
         );
     }
 

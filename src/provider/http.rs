@@ -19,6 +19,10 @@ pub struct HttpOptions {
     pub max_retry_after: Duration,
     /// Told about every retry (the agent prints it and logs an event).
     pub on_retry: Option<RetryHook>,
+    /// Whether streamed text is shown as it arrives (`chat`). When it is not (`run`, which
+    /// shows a turn only once it is complete), a reply that broke off part-way can be
+    /// asked for again: nobody saw its first part.
+    pub streamed_text_is_shown: bool,
 }
 
 pub type RetryHook = Arc<dyn Fn(&RetryNotice) + Send + Sync>;
@@ -31,6 +35,7 @@ impl Default for HttpOptions {
             backoff: Duration::from_secs(1),
             max_retry_after: Duration::from_secs(60),
             on_retry: None,
+            streamed_text_is_shown: true,
         }
     }
 }

@@ -43,6 +43,8 @@ pub struct AssistantTurn {
     /// The provider's own message, replayed verbatim in later requests: Gemini needs its
     /// parts back exactly as sent, `thoughtSignature` included.
     pub raw: Option<Value>,
+    /// The model stopped at its output token limit: the text is not all it meant to say.
+    pub cut_off: bool,
 }
 
 /// The answer to one tool call.
@@ -169,6 +171,7 @@ impl Endpoint {
     /// shown, a second reply would print it twice, so the error stands; so does any other
     /// kind of error (the request itself was already retried as far as sensible).
     async fn resend_after(&self, error: &ProviderError, shown: bool, resends: &mut u32) -> bool {
+        let shown = shown && self.options.streamed_text_is_shown;
         if error.kind != http::ErrorKind::CutOff || shown || *resends >= self.options.max_retries {
             return false;
         }

@@ -141,6 +141,7 @@ fn parse_reply(json: &Value, ids: &AtomicU64) -> Result<Reply, ProviderError> {
     }
     let mut turn = AssistantTurn {
         text: message["content"].as_str().unwrap_or_default().to_string(),
+        cut_off: json["choices"][0]["finish_reason"].as_str() == Some("length"),
         ..AssistantTurn::default()
     };
     for call in message["tool_calls"].as_array().into_iter().flatten() {
@@ -269,19 +270,22 @@ impl StreamedReply {
         // part of an answer, and must not be taken for the whole of it.
         let complete = self.done || self.finish_reason.is_some() || self.whole;
         let nothing_arrived = self.text.is_empty() && self.calls.is_empty();
-        if !complete && !nothing_arrived {
+        if !complete {
             return Err(ProviderError::new(
                 ErrorKind::CutOff,
-                "openai API: the stream ended before the reply was complete (no finish_reason \
-                 and no [DONE]); the connection was probably cut",
+                if nothing_arrived {
+                    "openai API: the stream ended without a reply in it (no message, no \
+                     finish_reason, no [DONE]): the server sent something other than a \
+                     chat completion stream, or the connection was cut"
+                } else {
+                    "openai API: the stream ended before the reply was complete (no \
+                     finish_reason and no [DONE]); the connection was probably cut"
+                },
             ));
         }
-        let mut text = self.text;
-        if self.finish_reason.as_deref() == Some("length") {
-            text.push_str("\n[chitti: the reply was cut off at the model's output token limit]");
-        }
         let mut turn = AssistantTurn {
-            text,
+            text: self.text,
+            cut_off: self.finish_reason.as_deref() == Some("length"),
             ..AssistantTurn::default()
         };
         for call in self.calls.into_values() {
@@ -420,11 +424,24 @@ mod tests {
             s.add(chunk, &mut sink).unwrap();
         }
         let reply = s.finish(&AtomicU64::new(1)).unwrap();
-        assert!(reply.turn.text.starts_with("Long answer"));
-        assert!(reply
-            .turn
-            .text
-            .contains("cut off at the model's output token limit"));
+        assert_eq!(reply.turn.text, "Long answer");
+        assert!(reply.turn.cut_off);
+        let whole =
+            json!({"choices": [{"message": {"content": "Long"}, "finish_reason": "length"}]});
+        assert!(
+            parse_reply(&whole, &AtomicU64::new(1))
+                .unwrap()
+                .turn
+                .cut_off
+        );
+        let whole =
+            json!({"choices": [{"message": {"content": "Done."}, "finish_reason": "stop"}]});
+        assert!(
+            !parse_reply(&whole, &AtomicU64::new(1))
+                .unwrap()
+                .turn
+                .cut_off
+        );
     }
 
     #[test]
@@ -465,10 +482,17 @@ mod tests {
         let json = json!({"choices": [{"message": {"role": "assistant", "content": ""}}]});
         let e = parse_reply(&json, &AtomicU64::new(1)).unwrap_err();
         assert!(e.message.contains("neither text nor tool calls"), "{e}");
+        let mut s = StreamedReply::default();
+        s.add("[DONE]", &mut |_: &str| {}).unwrap();
+        let e = s.finish(&AtomicU64::new(1)).unwrap_err();
+        assert!(e.message.contains("neither text nor tool calls"), "{e}");
+        // Nothing at all, not even an end: a stream that was not one, or was cut, and is
+        // asked for again (a CutOff), not taken for an empty answer.
         let e = StreamedReply::default()
             .finish(&AtomicU64::new(1))
             .unwrap_err();
-        assert!(e.message.contains("neither text nor tool calls"), "{e}");
+        assert_eq!(e.kind, ErrorKind::CutOff);
+        assert!(e.message.contains("without a reply in it"), "{e}");
     }
 
     #[test]
