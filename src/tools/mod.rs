@@ -402,7 +402,13 @@ fn check_args(schema: &Value, args: &Value) -> Result<(), String> {
     }
     for (name, value) in args {
         let Some(prop) = props.get(name) else {
-            let known: Vec<String> = props.keys().map(|k| format!("`{k}`")).collect();
+            // `sandbox` is offered only where allowed (`Toolbox::definitions`): a model
+            // that was not offered it is not told of it here either.
+            let known: Vec<String> = props
+                .keys()
+                .filter(|k| k.as_str() != "sandbox")
+                .map(|k| format!("`{k}`"))
+                .collect();
             return Err(format!(
                 "unknown argument `{name}`; the arguments are {}",
                 known.join(", ")
@@ -783,6 +789,10 @@ mod tests {
         let e = error_of("read_file", json!({"path": "a", "nope": 1}));
         assert!(e.contains("unknown argument `nope`"), "{e}");
         assert!(e.contains("`start_line`"), "{e}");
+        // Not offered here, so not named either.
+        let e = error_of("execute_bash", json!({"command": "true", "colour": 1}));
+        assert!(e.contains("unknown argument `colour`"), "{e}");
+        assert!(e.contains("`command`") && !e.contains("`sandbox`"), "{e}");
         let e = error_of("list_dir", json!(["."]));
         assert!(e.contains("expected a JSON object"), "{e}");
         let e = error_of("list_dir", json!("{\"path\": "));
