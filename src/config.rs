@@ -22,6 +22,7 @@
 //! base_url = "http://localhost:11434/v1"
 //! ```
 
+use std::num::{NonZeroU32, NonZeroU64, NonZeroUsize};
 use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
@@ -34,11 +35,13 @@ pub struct Config {
     pub provider: Option<ProviderName>,
     pub approval: Option<ApprovalMode>,
     pub profile: Option<String>,
-    pub max_steps: Option<u32>,
-    pub output_cap: Option<usize>,
+    // Non-zero types: a 0 is refused by the parser itself, whose error names the key,
+    // its line and column.
+    pub max_steps: Option<NonZeroU32>,
+    pub output_cap: Option<NonZeroUsize>,
     #[serde(default)]
     pub allow_unsandboxed: bool,
-    pub request_timeout_secs: Option<u64>,
+    pub request_timeout_secs: Option<NonZeroU64>,
     pub max_retries: Option<u32>,
     #[serde(default)]
     pub gemini: ProviderConfig,
@@ -75,12 +78,6 @@ impl Config {
                 e.to_string().trim_end()
             )
         })?;
-        if config.output_cap == Some(0) || config.max_steps == Some(0) {
-            return Err(format!(
-                "{}: `output_cap` and `max_steps` must be at least 1",
-                path.display()
-            ));
-        }
         Ok(config)
     }
 
@@ -146,7 +143,10 @@ mod tests {
         assert!(e.contains("line 1"), "{e}");
         let e = load_text("[gemini]\napi_key = \n").unwrap_err();
         assert!(e.contains("line 2"), "{e}");
-        let e = load_text("max_steps = 0\n").unwrap_err();
-        assert!(e.contains("at least 1"), "{e}");
+        for key in ["max_steps", "output_cap", "request_timeout_secs"] {
+            let e = load_text(&format!("provider = \"gemini\"\n{key} = 0\n")).unwrap_err();
+            assert!(e.contains("line 2, column"), "{key}: {e}");
+            assert!(e.contains(key) && e.contains("nonzero"), "{key}: {e}");
+        }
     }
 }

@@ -100,7 +100,7 @@ impl Session {
         let mut toolbox = Toolbox::resolving_each_call(policy, source, backend);
         toolbox.allow_sandbox_false = config.allow_unsandboxed;
         if let Some(cap) = config.output_cap {
-            toolbox.output_cap = cap;
+            toolbox.output_cap = cap.get();
         }
         let facts = SandboxFacts {
             backend: (backend != Backend::None).then(|| backend.name().to_string()),
@@ -145,7 +145,7 @@ impl Session {
             approval,
             max_steps: args
                 .max_steps
-                .or(config.max_steps)
+                .or(config.max_steps.map(|n| n.get()))
                 .unwrap_or(DEFAULT_MAX_STEPS),
             events,
         })
@@ -206,7 +206,7 @@ fn build_provider(
     let settings = config.provider(name);
     let events = Arc::clone(events);
     let options = HttpOptions {
-        idle_timeout: Duration::from_secs(config.request_timeout_secs.unwrap_or(120).max(1)),
+        idle_timeout: Duration::from_secs(config.request_timeout_secs.map_or(120, |s| s.get())),
         max_retries: config.max_retries.unwrap_or(3),
         on_retry: Some(Arc::new(move |notice: &RetryNotice| {
             eprintln!(

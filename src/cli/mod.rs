@@ -200,8 +200,14 @@ pub struct ExecArgs {
     /// Capture output and print one JSON object on stdout.
     #[arg(long)]
     pub json: bool,
-    /// Cap per captured stream with --json (head and tail are kept).
-    #[arg(long, value_name = "BYTES", default_value_t = crate::exec::DEFAULT_MAX_OUTPUT)]
+    /// Cap per captured stream with --json (head and tail are kept). Without --json the
+    /// output streams through uncapped, so the option would do nothing: refused.
+    #[arg(
+        long,
+        value_name = "BYTES",
+        default_value_t = crate::exec::DEFAULT_MAX_OUTPUT,
+        requires = "json"
+    )]
     pub max_output: usize,
     /// The command and its arguments.
     #[arg(last = true, value_name = "COMMAND")]
@@ -273,6 +279,10 @@ fn parse_sandbox_exec(args: &[OsString]) -> Option<Cli> {
     let mut rest = args[3..].iter();
     while let Some(arg) = rest.next() {
         if arg == "--" {
+            // `--max-output` without `--json`: clap's error to report.
+            if seen.contains(&"--max-output") && !exec.json {
+                return None;
+            }
             exec.command = rest.cloned().collect();
             return Some(Cli {
                 command: Command::Sandbox(SandboxCommand::Exec(exec)),
@@ -419,7 +429,7 @@ mod tests {
             "chitti sandbox exec --workspace=/tmp/ws --profile ./p.toml --backend=none -- ls",
             "chitti sandbox exec --network on --writable /a --writable /b --timeout 5 -- x y",
             "chitti sandbox exec --json --max-output 10 -- -w --not-a-flag-of-chitti",
-            "chitti sandbox exec --network=off --writable=/c --timeout=30 --max-output=0 --",
+            "chitti sandbox exec --network=off --writable=/c --timeout=30 --max-output=0 --json --",
         ];
         for line in lines {
             let fast = parse_sandbox_exec(&args(line)).unwrap_or_else(|| panic!("{line}"));
@@ -500,6 +510,18 @@ mod tests {
             "the shortcut took {taken} of {} lines",
             lines.len()
         );
+    }
+
+    /// `--max-output` caps only what `--json` captures: alone it would do nothing, so it
+    /// is refused rather than silently ignored.
+    #[test]
+    fn max_output_without_json_is_refused() {
+        let line = args("chitti sandbox exec --max-output 3 -- true");
+        assert!(parse_sandbox_exec(&line).is_none());
+        let e = Cli::try_parse_from(&line).unwrap_err().to_string();
+        assert!(e.contains("--json"), "{e}");
+        let line = args("chitti sandbox exec --max-output 3 --json -- true");
+        assert!(parse_sandbox_exec(&line).is_some());
     }
 
     #[test]

@@ -177,7 +177,7 @@ pub fn run(args: ExecArgs) -> i32 {
             }
             if outcome.timed_out {
                 eprintln!(
-                    "chitti: timed out after {} s; every sandboxed process was killed",
+                    "chitti: timed out after {} s; the command and every process it started were killed",
                     outcome.duration.as_secs()
                 );
             }

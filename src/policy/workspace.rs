@@ -49,14 +49,30 @@ const SYSTEM_DIRS: &[&str] = &[
 /// configuration, and runtime sockets.
 const SYSTEM_TREES: &[&str] = &["/proc", "/sys", "/dev", "/boot", "/etc", "/run", "/var/run"];
 
+/// What to do about a refused directory, by what it was meant to be: the workspace
+/// (`-w`), an extra writable root (`--writable`), or a profile's writable root.
+fn how_to_fix(what: &str, missing: bool) -> &'static str {
+    match (what, missing) {
+        ("workspace", true) => "Pass an existing directory with -w/--workspace.",
+        ("workspace", false) => "Pass a project directory instead, e.g. -w ~/src/myproject.",
+        ("--writable directory", true) => "Pass an existing directory with --writable.",
+        ("--writable directory", false) => {
+            "Give --writable only a directory the command must write besides the workspace, \
+             e.g. --writable ~/.cache/myproject."
+        }
+        (_, true) => "Create it, or change that entry of the profile.",
+        (_, false) => "Change that entry of the profile.",
+    }
+}
+
 /// Checks a directory and returns its canonical form. `home` must be canonical already:
 /// a policy resolves it once for all its writable roots.
 pub fn validate(path: &Path, home: &Path, what: &str) -> Result<PathBuf, PolicyError> {
     let meta = std::fs::metadata(path).map_err(|e| {
         PolicyError::Workspace(format!(
-            "{what} {} does not exist or cannot be read ({e}).\n\
-             Pass an existing directory with -w/--workspace.",
-            path.display()
+            "{what} {} does not exist or cannot be read ({e}).\n{}",
+            path.display(),
+            how_to_fix(what, true)
         ))
     })?;
     if !meta.is_dir() {
@@ -70,9 +86,9 @@ pub fn validate(path: &Path, home: &Path, what: &str) -> Result<PathBuf, PolicyE
     })?;
     let refuse = |why: &str| {
         Err(PolicyError::Workspace(format!(
-            "refusing {what} {}: {why}.\n\
-             Pass a project directory instead, e.g. -w ~/src/myproject.",
-            canonical.display()
+            "refusing {what} {}: {why}.\n{}",
+            canonical.display(),
+            how_to_fix(what, false)
         )))
     };
     if home.starts_with(&canonical) {
@@ -107,6 +123,24 @@ mod tests {
             let err = validate(Path::new(bad), &home, "workspace");
             assert!(err.is_err(), "{bad} accepted");
         }
+        let err = validate(Path::new("/etc"), &home, "--writable directory")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("--writable ~/") && !err.contains("-w ~/"),
+            "{err}"
+        );
+        let err = validate(
+            Path::new("/nonexistent-chitti"),
+            &home,
+            "--writable directory",
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            err.contains("with --writable") && !err.contains("-w/"),
+            "{err}"
+        );
         let err = validate(&home, &home, "workspace").unwrap_err().to_string();
         assert!(err.contains("home directory"), "{err}");
         let parent = home.parent().unwrap();
