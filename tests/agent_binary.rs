@@ -114,13 +114,47 @@ fn chitti_agent_is_taken_from_beside_the_real_file_with_the_same_arguments() {
 #[test]
 fn the_sandbox_commands_do_not_start_chitti_agent() {
     let (chitti, record) = chitti_beside_recording_agent("core");
-    for command in [
-        &["sandbox", "profile"][..],
-        &["doctor", "--json"],
-        &["--version"],
-    ] {
+    for command in [&["sandbox", "profile"][..], &["--version"]] {
         let out = run(&chitti, command, Path::new("/usr/bin:/bin"));
         assert_ne!(out.status.code(), Some(7), "{command:?} ran chitti-agent");
     }
     assert!(!record.exists(), "a sandbox command started chitti-agent");
+}
+
+/// `doctor` says the agent binary is usable only when it starts and is this chitti's: a
+/// file that is not executable, or another program, is reported with what is wrong.
+#[test]
+fn doctor_tells_a_usable_agent_binary_from_one_that_cannot_serve() {
+    let doctor = |dir: &Path| -> serde_json::Value {
+        let out = run(
+            &dir.join("chitti"),
+            &["doctor", "--json"],
+            Path::new("/usr/bin:/bin"),
+        );
+        serde_json::from_slice(&out.stdout).expect("doctor's JSON")
+    };
+    let dir = fresh_dir("doctor-agent");
+    copy_chitti(&dir);
+    let agent = dir.join("chitti-agent");
+
+    std::fs::copy(chitti_bin().with_file_name("chitti-agent"), &agent).expect("copy the agent");
+    let report = doctor(&dir);
+    assert_eq!(report["agent_binary"]["present"], true, "{report}");
+
+    std::fs::set_permissions(&agent, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let report = doctor(&dir);
+    assert_eq!(report["agent_binary"]["present"], false, "{report}");
+    let problem = report["agent_binary"]["problem"]
+        .as_str()
+        .unwrap_or_default();
+    assert!(problem.contains("cannot be started"), "{report}");
+
+    let record = dir.join("record");
+    recording_script(&agent, &record);
+    let report = doctor(&dir);
+    assert_eq!(report["agent_binary"]["present"], false, "{report}");
+    let problem = report["agent_binary"]["problem"]
+        .as_str()
+        .unwrap_or_default();
+    assert!(problem.contains("--version"), "{report}");
 }

@@ -28,7 +28,8 @@ pub fn run(as_json: bool) -> i32 {
     let selection = sandbox::select(BackendChoice::Auto, caps, &state_dir);
     // run, chat and mcp need it; the sandbox commands do not.
     let agent = super::agent_binary::path();
-    let agent_present = agent.as_ref().is_ok_and(|p| p.is_file());
+    let agent_problem = agent.as_ref().ok().and_then(|p| agent_binary_problem(p));
+    let agent_present = agent.is_ok() && agent_problem.is_none();
 
     if as_json {
         let report = json!({
@@ -53,6 +54,7 @@ pub fn run(as_json: bool) -> i32 {
             "agent_binary": {
                 "path": agent.as_ref().ok().map(|p| p.display().to_string()),
                 "present": agent_present,
+                "problem": agent_problem,
             },
             "auto": match &selection {
                 Ok(s) => json!({"backend": s.backend.name(), "reason": s.reason}),
@@ -105,11 +107,11 @@ pub fn run(as_json: bool) -> i32 {
         Err(e) => say!("  landlock          unavailable: {e}"),
     }
     say!("  seccomp           {}", yes_no(caps.seccomp()));
-    match (&agent, agent_present) {
-        (Ok(path), true) => say!("  agent binary      {} (run, chat, mcp)", path.display()),
-        (Ok(path), false) => say!(
-            "  agent binary      MISSING: {} (run, chat and mcp need it; `cargo build \
-             --release` builds it beside chitti)",
+    match (&agent, &agent_problem) {
+        (Ok(path), None) => say!("  agent binary      {} (run, chat, mcp)", path.display()),
+        (Ok(path), Some(problem)) => say!(
+            "  agent binary      UNUSABLE: {}: {problem} (run, chat and mcp need it; `cargo \
+             build --release` builds it beside chitti)",
             path.display()
         ),
         (Err(why), _) => say!("  agent binary      unknown: {why}"),
@@ -160,4 +162,30 @@ fn mounts_blocker() -> Option<&'static str> {
 #[cfg(not(target_os = "linux"))]
 fn mounts_blocker() -> Option<&'static str> {
     Some("not Linux")
+}
+
+/// Why the agent binary at `path` cannot serve run, chat and mcp, if it cannot: it is
+/// started (`--version`), as those commands would start it, and must be this version.
+fn agent_binary_problem(path: &std::path::Path) -> Option<String> {
+    let out = match std::process::Command::new(path)
+        .arg("--version")
+        .stdin(std::process::Stdio::null())
+        .output()
+    {
+        Ok(out) => out,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Some("missing".into()),
+        Err(e) => return Some(format!("cannot be started ({e})")),
+    };
+    let expected = format!("chitti {}", env!("CARGO_PKG_VERSION"));
+    let said = String::from_utf8_lossy(&out.stdout);
+    if !out.status.success() {
+        return Some(format!("`--version` failed ({})", out.status));
+    }
+    if said.trim() != expected {
+        return Some(format!(
+            "it is not this chitti's agent (`--version` says {:?}, expected {expected:?})",
+            said.trim()
+        ));
+    }
+    None
 }

@@ -463,17 +463,50 @@ pub fn kernel_abi() -> Result<i32, String> {
     if v >= 0 {
         return Ok(v as i32);
     }
-    match std::io::Error::last_os_error().raw_os_error() {
-        Some(libc::EOPNOTSUPP) => Err(
+    let error = std::io::Error::last_os_error();
+    if error.raw_os_error() == Some(libc::EOPNOTSUPP) {
+        return Err(
             "Landlock is built into this kernel but disabled: add `landlock` to the `lsm=` \
              kernel parameter"
                 .into(),
-        ),
-        _ => Err(
-            "this kernel has no Landlock (needs Linux 5.13 or newer with CONFIG_SECURITY_LANDLOCK)"
-                .into(),
-        ),
+        );
     }
+    // The kernel itself answers only EOPNOTSUPP or ENOSYS here; anything else, or an
+    // ENOSYS where the kernel lists Landlock among its security modules or this process
+    // runs under a seccomp filter, is a filter (a container's) refusing the call.
+    let lsm_lists_landlock = std::fs::read_to_string("/sys/kernel/security/lsm")
+        .is_ok_and(|lsms| lsms.trim().split(',').any(|m| m == "landlock"));
+    let filtered = std::fs::read_to_string("/proc/self/status").is_ok_and(|status| {
+        status
+            .lines()
+            .any(|l| l.starts_with("Seccomp:") && l.trim_end().ends_with('2'))
+    });
+    Err(blocker_for(error, lsm_lists_landlock, filtered))
+}
+
+/// Why `landlock_create_ruleset` failed with `error`, in words.
+fn blocker_for(error: std::io::Error, lsm_lists_landlock: bool, filtered: bool) -> String {
+    let kernel_answer = error.raw_os_error() == Some(libc::ENOSYS);
+    if kernel_answer && !lsm_lists_landlock && !filtered {
+        return "this kernel has no Landlock (needs Linux 5.13 or newer with \
+                CONFIG_SECURITY_LANDLOCK)"
+            .into();
+    }
+    let filter = if filtered {
+        "a seccomp filter this process runs under (a container runtime's profile, for \
+         example) refuses it"
+    } else {
+        "something other than the kernel's Landlock refuses it"
+    };
+    let kernel = if lsm_lists_landlock {
+        "the kernel does have Landlock (/sys/kernel/security/lsm lists it)"
+    } else {
+        "the kernel may well have Landlock"
+    };
+    format!(
+        "the landlock_create_ruleset system call failed ({error}): {filter}; {kernel}. Allow \
+         the call (for a container: its seccomp profile), or use bubblewrap"
+    )
 }
 
 /// Why the landlock backend cannot enforce chitti's guarantees here, if it cannot.
@@ -492,6 +525,30 @@ mod tests {
     use super::*;
     use nix::fcntl::OFlag;
     use nix::sys::stat::Mode;
+
+    /// A filter's refusal (a container's seccomp profile) is not taken for a kernel
+    /// without Landlock, which would send the user after the wrong fix.
+    #[test]
+    fn a_filtered_landlock_call_is_not_blamed_on_the_kernel() {
+        let errno = |e| std::io::Error::from_raw_os_error(e);
+        let old_kernel = blocker_for(errno(libc::ENOSYS), false, false);
+        assert!(
+            old_kernel.contains("this kernel has no Landlock"),
+            "{old_kernel}"
+        );
+        for (e, lsm, filtered) in [
+            (libc::EPERM, false, true),
+            (libc::EPERM, false, false),
+            (libc::ENOSYS, true, false),
+            (libc::ENOSYS, false, true),
+        ] {
+            let why = blocker_for(errno(e), lsm, filtered);
+            assert!(!why.contains("this kernel has no Landlock"), "{why}");
+            assert!(why.contains("or use bubblewrap"), "{why}");
+            assert_eq!(why.contains("seccomp filter"), filtered, "{why}");
+            assert_eq!(why.contains("does have Landlock"), lsm, "{why}");
+        }
+    }
 
     /// A temporary directory and its canonical path (the planner's paths are canonical);
     /// None, after saying SKIP, where this kernel's Landlock cannot be used.
