@@ -1265,10 +1265,21 @@ fn landlock_command_dies_with_its_supervisor() {
     assert!(alive(command), "the command was not running");
     unsafe { libc::kill(supervisor, libc::SIGKILL) };
     let gone = wait_until(5 * SECOND, || !alive(command));
+    // chitti, left without a report, ends on its own: 125, the call's fate unknown.
+    let mut status = None;
+    wait_until(10 * SECOND, || {
+        status = chitti.try_wait().unwrap();
+        status.is_some()
+    });
     let _ = chitti.kill();
     chitti.wait().unwrap();
     drop(reaper);
     assert!(gone, "the command outlived its supervisor's SIGKILL");
+    assert_eq!(
+        status.and_then(|s| s.code()),
+        Some(125),
+        "chitti did not end with 125 once its supervisor was gone"
+    );
 }
 
 /// Where root's landlock command hides root's secrets: in a private mount namespace that

@@ -769,8 +769,11 @@ fn apply_report(
             )))
         }
         None => {
-            return Err(SandboxError::Unavailable(
-                "the sandbox supervisor ended without a report".into(),
+            return Err(SandboxError::Lost(
+                "the sandbox supervisor ended without a report (was it killed?): the command \
+                 may have run, and how it ended is unknown; it died with the supervisor, but \
+                 processes it started may still be running"
+                    .into(),
             ))
         }
     }

@@ -77,12 +77,16 @@ pub enum SandboxError {
     /// The command exists but cannot be executed (exit 126).
     #[error("{0}")]
     NotExecutable(String),
+    /// What became of the command is unknown: the process that watched it is gone (exit
+    /// 125, as for a sandbox that failed; unlike that, the command may have run).
+    #[error("{0}")]
+    Lost(String),
 }
 
 impl SandboxError {
     pub fn exit_code(&self) -> i32 {
         match self {
-            SandboxError::Unavailable(_) => 125,
+            SandboxError::Unavailable(_) | SandboxError::Lost(_) => 125,
             SandboxError::NotFound(_) => 127,
             SandboxError::NotExecutable(_) => 126,
         }

@@ -121,6 +121,9 @@ pub async fn run(toolbox: &Toolbox, args: Args, cancel: impl Future<Output = ()>
     match outcome {
         Ok(Some(outcome)) => render(&outcome, timeout, toolbox.output_cap),
         Ok(None) => ToolResult::error("cancelled before the command started"),
+        Err(e @ SandboxError::Lost(_)) => {
+            ToolResult::error(format!("{e} (sandbox backend: {})", backend.name()))
+        }
         Err(e) => ToolResult::error(format!(
             "the command did not run: {e} (sandbox backend: {})",
             backend.name()
