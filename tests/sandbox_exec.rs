@@ -1231,7 +1231,11 @@ fn landlock_never_reuses_the_tmpdir_of_a_call_whose_supervisor_was_killed() {
 /// A landlock call left running (see `start_sleeping_call`), with the pids of its
 /// supervisor (chitti's one child) and of its command.
 fn running_landlock_call(fx: &Fixture) -> (std::process::Child, SleepReaper, i32, i32) {
-    let (chitti, reaper, started) = start_sleeping_call(fx, "landlock", "echo $$ > pid");
+    let (chitti, reaper, started) = start_sleeping_call(
+        fx,
+        "landlock",
+        "echo $$ > pid; printf %s \"$TMPDIR\" > tmpdir-path",
+    );
     assert!(started, "the sandboxed sleeps never showed up");
     let front = chitti.id() as i32;
     let children =
@@ -1274,6 +1278,9 @@ fn landlock_command_dies_with_its_supervisor() {
     let _ = chitti.kill();
     chitti.wait().unwrap();
     drop(reaper);
+    // A slot whose supervisor was killed is out of the pool for good: remove it, to keep
+    // the pool whole for later runs.
+    let _ = std::fs::remove_dir_all(read(&fx.ws("tmpdir-path")));
     assert!(gone, "the command outlived its supervisor's SIGKILL");
     assert_eq!(
         status.and_then(|s| s.code()),
