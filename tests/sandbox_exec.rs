@@ -1186,15 +1186,29 @@ fn tmpdir_is_discarded_after_sigkill_of_chitti(backend: &str) {
 }
 
 /// The landlock backend takes one-shot TMPDIRs from a per-user pool. Were its supervisor
-/// killed, processes of the call could live on and still write the call's TMPDIR: that
-/// directory must never be another call's TMPDIR.
+/// killed, processes of the call could live on and go on writing the call's TMPDIR: no
+/// later call may be given a TMPDIR they can write. Here one of them writes to its
+/// TMPDIR every 20 ms while later calls run; none of them finds its writes.
 #[test]
 fn landlock_never_reuses_the_tmpdir_of_a_call_whose_supervisor_was_killed() {
     let fx = Fixture::new();
-    let (mut chitti, reaper, started) =
-        start_sleeping_call(&fx, "landlock", "printf %s \"$TMPDIR\" > tmpdir-path");
-    let secs = reaper.0.clone();
+    let tag = unique_sleep();
+    // Writes for about 20 s at most, then ends by itself; `tag` names it for the cleanup.
+    let writer = format!(
+        "(setsid sh -c 'for i in $(seq 1000); do echo planted >> \"$TMPDIR/planted\" \
+         2>/dev/null; sleep 0.02; done' writer-{tag} >/dev/null 2>&1 &)"
+    );
+    let (mut chitti, reaper, started) = start_sleeping_call(
+        &fx,
+        "landlock",
+        &format!("printf %s \"$TMPDIR\" > tmpdir-path; {writer}"),
+    );
     assert!(started, "the sandboxed sleeps never showed up");
+    let orphaned = PathBuf::from(read(&fx.ws("tmpdir-path")));
+    assert!(
+        wait_until(10 * SECOND, || orphaned.join("planted").exists()),
+        "the writer never wrote: the test shows nothing"
+    );
     let children = std::fs::read_to_string(format!("/proc/{0}/task/{0}/children", chitti.id()))
         .unwrap_or_default();
     let supervisors: Vec<i32> = children
@@ -1205,27 +1219,45 @@ fn landlock_never_reuses_the_tmpdir_of_a_call_whose_supervisor_was_killed() {
     unsafe { libc::kill(supervisors[0], libc::SIGKILL) };
     let _ = chitti.kill();
     chitti.wait().unwrap();
+    let writers = || pids_mentioning(&format!("writer-{tag}"));
     assert!(
-        !sleepers(&secs).is_empty(),
+        !writers().is_empty(),
         "nothing of the call outlived its supervisor: the test shows nothing"
     );
-    let orphaned = read(&fx.ws("tmpdir-path"));
+    let mut outcome = Vec::new();
     for _ in 0..3 {
         let ran = fx
             .chitti("landlock")
-            .sh("printf %s \"$TMPDIR\" > tmpdir-path");
+            .sh("printf %s \"$TMPDIR\" > tmpdir-path; sleep 0.3; ls -A \"$TMPDIR\" > listing");
         let tmpdir = read(&fx.ws("tmpdir-path"));
         assert!(!tmpdir.is_empty(), "no TMPDIR:\n{ran}");
-        assert_ne!(
-            tmpdir, orphaned,
-            "a later call got the TMPDIR that a surviving process of an earlier call can write"
+        outcome.push((tmpdir, read(&fx.ws("listing")), ran.to_string()));
+    }
+    let still_writing = !writers().is_empty();
+    for pid in writers() {
+        unsafe { libc::kill(pid, libc::SIGKILL) };
+    }
+    drop(reaper);
+    // The directory the writer holds (moved aside under the pool's base, or still in place
+    // had nothing taken its name) is left out of the pool for good: removed here, to keep
+    // the pool whole for later runs.
+    if let Some(base) = orphaned.parent() {
+        let name = orphaned.file_name().unwrap().to_string_lossy().into_owned();
+        for entry in std::fs::read_dir(base).unwrap().flatten() {
+            let n = entry.file_name().to_string_lossy().into_owned();
+            if n.starts_with(&format!("dirty-{name}-")) {
+                let _ = std::fs::remove_dir_all(entry.path());
+            }
+        }
+    }
+    assert!(still_writing, "the writer ended before the later calls did");
+    for (tmpdir, listing, ran) in outcome {
+        assert!(
+            listing.trim().is_empty(),
+            "a later call's TMPDIR {tmpdir} held what a process of a killed call wrote: \
+             {listing:?}\n{ran}"
         );
     }
-    // The orphans go with the reaper; their slot is left out of the pool for good, so
-    // remove it to keep the pool whole for later runs.
-    drop(reaper);
-    assert!(wait_until(5 * SECOND, || sleepers(&secs).is_empty()));
-    let _ = std::fs::remove_dir_all(&orphaned);
 }
 
 /// A landlock call left running (see `start_sleeping_call`), with the pids of its

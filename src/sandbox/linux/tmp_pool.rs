@@ -13,7 +13,12 @@
 //! empty. The supervisor takes the mark off before it starts the command and puts it back
 //! only once every process of the call is dead and the slot is empty again. A slot whose
 //! call did not end that way (its supervisor was killed: processes of that call may still
-//! be running and able to write there) keeps no mark and is never handed out again.
+//! be running and able to write there) keeps no mark and is never handed out again: the
+//! next call that finds it unlocked renames it aside (`dirty-*`, removed if empty) and
+//! makes a fresh directory under the slot's name. Landlock grants write access to a
+//! directory's inode, not to its name, so the processes left over can write only the
+//! directory moved aside, never the new one; and the pool does not run dry (every call
+//! would otherwise pay for a fresh directory, and a session for a fresh ruleset per call).
 //!
 //! Why the mark cannot be forged from inside: the sandbox's seccomp program refuses every
 //! extended-attribute write, and Landlock grants it no write to the base, so it cannot
@@ -138,10 +143,40 @@ fn try_slot(path: PathBuf, euid: u32) -> io::Result<Option<Slot>> {
     } else {
         is_marked(fd)?
     };
-    if !marked || has_entries(fd).unwrap_or(true) {
+    if !marked {
+        // Unlocked and unmarked: its supervisor is gone without a clean end (see the
+        // module comment). Not handed out; a fresh directory takes its name.
+        return match move_aside(&path, lock) {
+            Ok(()) => try_slot(path, euid),
+            Err(_) => Ok(None),
+        };
+    }
+    if has_entries(fd).unwrap_or(true) {
         return Ok(None);
     }
     Ok(Some(Slot { path, lock }))
+}
+
+/// Renames the dirty slot at `path` (locked by `lock`, so no other chitti moves it
+/// meanwhile) to a name no call is handed, and removes it there if it is empty.
+fn move_aside(path: &Path, lock: OwnedFd) -> io::Result<()> {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos());
+    let name = path.file_name().unwrap_or_default().to_string_lossy();
+    let aside = path.with_file_name(format!("dirty-{name}-{}-{nanos}", std::process::id()));
+    // Without replacing anything that might be there: `aside` is unique, but a rename
+    // over an existing empty directory would succeed silently.
+    nix::fcntl::renameat2(
+        nix::fcntl::AT_FDCWD,
+        path,
+        nix::fcntl::AT_FDCWD,
+        &aside,
+        nix::fcntl::RenameFlags::RENAME_NOREPLACE,
+    )?;
+    drop(lock);
+    let _ = std::fs::remove_dir(&aside);
+    Ok(())
 }
 
 /// Whether the directory open at `dir` is `euid`'s with mode 0700.
@@ -386,21 +421,63 @@ mod tests {
         release(b);
     }
 
+    /// The directory of a call that did not end cleanly is never handed out again: it is
+    /// moved aside (with what was left in it), and a fresh directory, a different inode
+    /// that no leftover process's Landlock grant reaches, takes the slot's name.
     #[test]
     fn a_slot_whose_call_did_not_end_cleanly_is_never_reused() {
+        use std::os::unix::fs::MetadataExt;
         let Some(base) = tmp_base() else { return };
+        let inode = |p: &Path| std::fs::metadata(p).unwrap().ino();
         let slot = take(base.path(), &[]).unwrap();
         let first = slot.path.clone();
+        let first_inode = inode(&first);
         slot.claim().unwrap();
+        std::fs::write(first.join("left-by-an-orphan"), "x").unwrap();
         // The supervisor was killed: the lock goes, the mark never comes back.
         drop(slot);
         let next = take(base.path(), &[]).unwrap();
-        assert_ne!(next.path, first, "an unmarked slot was handed out");
+        assert_eq!(next.path, first, "the slot's name is used again");
+        assert_ne!(
+            inode(&next.path),
+            first_inode,
+            "the unmarked directory was handed out"
+        );
+        assert_eq!(std::fs::read_dir(&next.path).unwrap().count(), 0);
+        // What the old one held is kept, aside, under a name no call is given.
+        let aside: Vec<PathBuf> = std::fs::read_dir(pool_dir(&base))
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .filter(|p| {
+                p.file_name()
+                    .unwrap()
+                    .to_string_lossy()
+                    .starts_with("dirty-slot-0-")
+            })
+            .collect();
+        assert_eq!(aside.len(), 1, "{aside:?}");
+        assert_eq!(inode(&aside[0]), first_inode);
+        assert!(aside[0].join("left-by-an-orphan").exists());
         release(next);
-        // A slot that lost its mark but is empty is still not reused.
-        assert!(std::fs::read_dir(&first).unwrap().next().is_none());
+
+        // One that lost its mark but is empty is moved aside and removed.
+        let slot = take(base.path(), &[]).unwrap();
+        let empty_inode = inode(&slot.path);
+        slot.claim().unwrap();
+        drop(slot);
         let next = take(base.path(), &[]).unwrap();
-        assert_ne!(next.path, first);
+        assert_ne!(inode(&next.path), empty_inode);
+        let dirty = std::fs::read_dir(pool_dir(&base))
+            .unwrap()
+            .filter(|e| {
+                e.as_ref()
+                    .unwrap()
+                    .file_name()
+                    .to_string_lossy()
+                    .starts_with("dirty-")
+            })
+            .count();
+        assert_eq!(dirty, 1, "the empty one was left aside");
     }
 
     #[test]
