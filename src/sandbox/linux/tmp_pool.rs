@@ -166,14 +166,24 @@ fn move_aside(path: &Path, lock: OwnedFd) -> io::Result<()> {
     let name = path.file_name().unwrap_or_default().to_string_lossy();
     let aside = path.with_file_name(format!("dirty-{name}-{}-{nanos}", std::process::id()));
     // Without replacing anything that might be there: `aside` is unique, but a rename
-    // over an existing empty directory would succeed silently.
-    nix::fcntl::renameat2(
-        nix::fcntl::AT_FDCWD,
-        path,
-        nix::fcntl::AT_FDCWD,
-        &aside,
-        nix::fcntl::RenameFlags::RENAME_NOREPLACE,
-    )?;
+    // over an existing empty directory would succeed silently. (A raw system call: the
+    // musl build's libc and nix do not wrap renameat2.)
+    let from = CString::new(path.as_os_str().as_bytes())?;
+    let to = CString::new(aside.as_os_str().as_bytes())?;
+    const RENAME_NOREPLACE: libc::c_uint = 1;
+    let renamed = unsafe {
+        libc::syscall(
+            libc::SYS_renameat2,
+            libc::AT_FDCWD,
+            from.as_ptr(),
+            libc::AT_FDCWD,
+            to.as_ptr(),
+            RENAME_NOREPLACE,
+        )
+    };
+    if renamed != 0 {
+        return Err(io::Error::last_os_error());
+    }
     drop(lock);
     let _ = std::fs::remove_dir(&aside);
     Ok(())
