@@ -1834,15 +1834,22 @@ fn read_only_profile_keeps_workspace_unwritable(backend: &str) {
         .unwrap();
     let ws = in_tmp.path().canonicalize().unwrap();
     std::fs::write(ws.join("notes"), format!("{mark}\n")).unwrap();
+    std::fs::create_dir(ws.join("build")).unwrap();
     let ran = fx
         .chitti(backend)
         .workspace(&ws)
         .opts(&["-p", "read-only", "--writable"])
         .opt(&out)
+        .opt("--writable")
+        .opt(ws.join("build"))
         .sh(&format!(
-            "cat notes > '{o}/from-ws'; pwd > '{o}/cwd'; echo x > new.txt",
+            "cat notes > '{o}/from-ws'; pwd > '{o}/cwd'; echo x > new.txt; echo y > build/made",
             o = out.display()
         ));
+    assert!(
+        ws.join("build/made").exists(),
+        "a writable root inside a read-only workspace in /tmp was not writable:\n{ran}"
+    );
     assert_eq!(
         std::fs::read_to_string(out.join("from-ws")).ok(),
         Some(format!("{mark}\n")),

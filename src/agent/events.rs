@@ -34,7 +34,9 @@ impl EventLog {
             .open(path)
             .map_err(|e| match e.raw_os_error() {
                 Some(libc::ELOOP) => format!(
-                    "the event log {shown} is a symbolic link; chitti does not write its log                      through links (one in a workspace may have been planted by a sandboxed                      command): name the file itself"
+                    "the event log {shown} is a symbolic link; chitti does not write its log \
+                     through links (one in a workspace may have been planted by a sandboxed \
+                     command): name the file itself"
                 ),
                 Some(libc::ENXIO) => format!("the event log {shown} is not a regular file"),
                 _ => format!("cannot open the event log {shown}: {e}"),
@@ -47,7 +49,8 @@ impl EventLog {
         }
         if meta.nlink() > 1 {
             return Err(format!(
-                "the event log {shown} has other names (hard links); chitti does not write                  its log to a file that may be another one elsewhere: name a new file"
+                "the event log {shown} has other names (hard links); chitti does not write \
+                 its log to a file that may be another one elsewhere: name a new file"
             ));
         }
         // The log holds the conversation: private even when the file already existed.
@@ -198,6 +201,7 @@ mod tests {
         std::os::unix::fs::symlink(&victim, &link).unwrap();
         let e = EventLog::open(&link).err().expect("a symlink was followed");
         assert!(e.contains("symbolic link"), "{e}");
+        assert!(!e.contains("  "), "a message with a run of spaces: {e}");
         let hard = dir.path().join("hard.jsonl");
         std::fs::hard_link(&victim, &hard).unwrap();
         let e = EventLog::open(&hard)

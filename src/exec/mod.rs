@@ -710,7 +710,8 @@ fn check_bwrap_status(
                 "bubblewrap could not set up the sandbox: {line}{}",
                 if memo.is_some() {
                     "; chitti had found bwrap working here earlier, and will test it \
-                     again on the next call (`chitti doctor` shows what `auto` picks)"
+                     again when a chitti command next starts (a running `chat` or `mcp` \
+                     session keeps its backend; `chitti doctor` shows what `auto` picks)"
                 } else {
                     ""
                 }
@@ -1021,7 +1022,10 @@ mod tests {
         let text = err.to_string();
         assert_eq!(err.exit_code(), 125, "{text}");
         assert!(text.contains("could not set up the sandbox"), "{text}");
-        assert!(text.contains("test it again on the next call"), "{text}");
+        assert!(
+            text.contains("test it again when a chitti command"),
+            "{text}"
+        );
         assert!(!memo.exists(), "the memo that bwrap works was kept");
     }
 

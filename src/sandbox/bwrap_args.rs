@@ -83,11 +83,9 @@ pub fn args_with(
     }
     a.one("--remount-ro", "/run");
 
-    for root in &policy.writable {
-        a.pair("--bind", root, root);
-    }
     // A workspace that no writable root holds (a read-only profile) is still the
-    // command's to read, and to start in, even beneath the fresh /tmp or /run.
+    // command's to read, and to start in, even beneath the fresh /tmp or /run. Bound
+    // before the writable roots, which may lie inside it.
     let workspace = &policy.workspace;
     let hidden = [Path::new("/tmp"), Path::new("/run")]
         .iter()
@@ -99,6 +97,9 @@ pub fn args_with(
             .any(|root| workspace.starts_with(root))
     {
         a.pair("--ro-bind", workspace, workspace);
+    }
+    for root in &policy.writable {
+        a.pair("--bind", root, root);
     }
     // A bind mount cannot be renamed or removed (EBUSY), so `.git` stays where it is
     // and a replacement `.git/hooks` cannot be slipped in.
@@ -259,6 +260,16 @@ mod tests {
                 assert!(at < out.find("--tmpfs /h/.ssh").unwrap(), "{out}");
             }
         }
+        // A writable root inside it stays writable: bound after it.
+        let mut p = policy(false);
+        p.workspace = "/tmp/w".into();
+        p.writable = vec!["/tmp/w/out".into()];
+        let out = render(&p);
+        let (ro, rw) = (
+            out.find("--ro-bind /tmp/w /tmp/w").unwrap(),
+            out.find("--bind /tmp/w/out /tmp/w/out").unwrap(),
+        );
+        assert!(ro < rw, "{out}");
         // Writable: its own bind is enough.
         let mut p = policy(false);
         p.workspace = "/tmp/w".into();

@@ -166,10 +166,11 @@ struct Kept {
     ids: Vec<Option<FileId>>,
     ruleset: OwnedFd,
     calls: usize,
-    /// The slot of the TMPDIR pool this ruleset grants, if any: it is used again only by
-    /// a call that holds that slot, so that it never grants a slot another call (of this
-    /// process or another) may have taken since.
-    granted_slot: Option<std::path::PathBuf>,
+    /// The slot of the TMPDIR pool this ruleset grants, if any, as the directory's device
+    /// and inode (Landlock grants the directory, not its name, and a dead slot's name is
+    /// given to a fresh directory): it is used again only by a call that holds that very
+    /// directory, so that it never grants one another call may have taken since.
+    granted_slot: Option<(u64, u64)>,
 }
 
 /// A session call's private TMPDIR, granted in its ruleset.
@@ -266,8 +267,8 @@ impl RulesetCache {
         rules: &[Rule],
         tmp: Option<CallTmp>,
     ) -> Result<(OwnedFd, Lease), LandlockError> {
-        let slot_path = match &tmp {
-            Some(CallTmp::Slot(slot)) => Some(&slot.path),
+        let slot_id = match &tmp {
+            Some(CallTmp::Slot(slot)) => slot.id(),
             _ => None,
         };
         let taken = self.slot.lock().unwrap_or_else(|e| e.into_inner()).take();
@@ -277,7 +278,7 @@ impl RulesetCache {
                     && kept
                         .granted_slot
                         .as_ref()
-                        .is_none_or(|granted| Some(granted) == slot_path) =>
+                        .is_none_or(|granted| Some(*granted) == slot_id) =>
             {
                 (kept, false)
             }
@@ -307,7 +308,10 @@ impl RulesetCache {
             }
             Some(CallTmp::Slot(slot)) => {
                 grant_writable(fd.as_fd(), &slot.path)?;
-                kept.granted_slot = Some(slot.path.clone());
+                // Unidentified, it could not be told apart later: no call reuses it.
+                kept.granted_slot = Some(slot.id().ok_or_else(|| {
+                    LandlockError("cannot identify the TMPDIR slot (fstat failed)".into())
+                })?);
                 tmp_slot = Some(slot);
             }
             None => {}

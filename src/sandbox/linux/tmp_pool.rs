@@ -132,6 +132,12 @@ fn try_slot(path: PathBuf, euid: u32) -> io::Result<Option<Slot>> {
     if unsafe { libc::flock(fd, libc::LOCK_EX | libc::LOCK_NB) } != 0 {
         return Ok(None); // another call's
     }
+    // The lock is on the directory opened, which another chitti may have moved aside
+    // (see `move_aside`) between the open and the lock: the slot is what its name leads
+    // to now. Only a holder of that directory's lock renames it, so this stays true.
+    if !still_named(&path, &lock) {
+        return Ok(None);
+    }
     if !private_to(&lock, euid) {
         return Ok(None);
     }
@@ -184,9 +190,19 @@ fn move_aside(path: &Path, lock: OwnedFd) -> io::Result<()> {
     if renamed != 0 {
         return Err(io::Error::last_os_error());
     }
-    drop(lock);
+    // Still locked: no one takes it back meanwhile (and anyone who opened it before the
+    // rename finds, once they get the lock, that its name leads elsewhere).
     let _ = std::fs::remove_dir(&aside);
+    drop(lock);
     Ok(())
+}
+
+/// Whether `path` (not followed) leads to the directory open at `dir`.
+fn still_named(path: &Path, dir: &OwnedFd) -> bool {
+    match (std::fs::symlink_metadata(path), nix::sys::stat::fstat(dir)) {
+        (Ok(named), Ok(open)) => (named.dev(), named.ino()) == (open.st_dev, open.st_ino),
+        _ => false,
+    }
 }
 
 /// Whether the directory open at `dir` is `euid`'s with mode 0700.
@@ -255,6 +271,12 @@ fn has_entries(fd: RawFd) -> io::Result<bool> {
 }
 
 impl Slot {
+    /// The directory's device and inode.
+    pub fn id(&self) -> Option<(u64, u64)> {
+        let st = nix::sys::stat::fstat(&self.lock).ok()?;
+        Some((st.st_dev as u64, st.st_ino as u64))
+    }
+
     /// The lock's descriptor, which the supervisor keeps.
     pub fn fd(&self) -> RawFd {
         self.lock.as_raw_fd()
@@ -470,13 +492,15 @@ mod tests {
         assert!(aside[0].join("left-by-an-orphan").exists());
         release(next);
 
-        // One that lost its mark but is empty is moved aside and removed.
+        // One that lost its mark but is empty is moved aside and removed (its inode number
+        // may then come back for the fresh directory: a new inode all the same, which no
+        // Landlock grant on the old one reaches).
         let slot = take(base.path(), &[]).unwrap();
-        let empty_inode = inode(&slot.path);
         slot.claim().unwrap();
         drop(slot);
         let next = take(base.path(), &[]).unwrap();
-        assert_ne!(inode(&next.path), empty_inode);
+        assert_eq!(next.path, first);
+        assert!(next.reusable(&[]), "the fresh directory is marked clean");
         let dirty = std::fs::read_dir(pool_dir(&base))
             .unwrap()
             .filter(|e| {
@@ -488,6 +512,37 @@ mod tests {
             })
             .count();
         assert_eq!(dirty, 1, "the empty one was left aside");
+    }
+
+    /// A chitti that opened a dead slot just before another moved it aside, and gets the
+    /// lock only afterwards, holds the old directory: it must see that the slot's name now
+    /// leads elsewhere (to the other's live TMPDIR), and leave it alone.
+    #[test]
+    fn a_slot_moved_aside_under_an_open_descriptor_is_not_taken_for_the_new_one() {
+        let Some(base) = tmp_base() else { return };
+        let slot = take(base.path(), &[]).unwrap();
+        let path = slot.path.clone();
+        slot.claim().unwrap();
+        drop(slot);
+        // The slow chitti has opened the dead slot, not yet locked it.
+        let c = CString::new(path.as_os_str().as_bytes()).unwrap();
+        let fd = unsafe { libc::open(c.as_ptr(), libc::O_RDONLY | libc::O_DIRECTORY) };
+        assert!(fd >= 0);
+        let slow = unsafe { OwnedFd::from_raw_fd(fd) };
+        assert!(still_named(&path, &slow));
+        // The quick one moves it aside and takes a fresh directory under its name.
+        let quick = take(base.path(), &[]).unwrap();
+        assert_eq!(quick.path, path);
+        assert_eq!(
+            unsafe { libc::flock(slow.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) },
+            0,
+            "the old directory's lock is free"
+        );
+        assert!(
+            !still_named(&path, &slow),
+            "the old directory taken for the new one"
+        );
+        release(quick);
     }
 
     #[test]
