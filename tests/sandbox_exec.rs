@@ -1961,6 +1961,26 @@ fn sandbox_test_skips_loudly_what_it_cannot_check_and_does_not_pass() {
     assert!(stdout.contains("NOT proven on this machine"), "{stdout}");
 }
 
+/// A probe counts only when it shows it made its attempt: without `setsid` the lifetime
+/// probe cannot start the children whose death it checks, and says so (FAIL), instead of
+/// passing because none were left.
+#[test]
+fn sandbox_test_does_not_pass_a_probe_that_could_not_make_its_attempt() {
+    let fx = Fixture::new();
+    let path = path_dir(&fx, &["setsid"], &[]);
+    let out = sandbox_test_with_path(&fx, &path, &[]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{stdout}");
+    let row = stdout
+        .lines()
+        .find(|l| l.starts_with("lifetime: nothing outlives the call"))
+        .unwrap_or_else(|| panic!("no lifetime row: {stdout}"));
+    assert!(
+        row.contains(" FAIL ") && row.contains("did not start"),
+        "{row}"
+    );
+}
+
 /// The read-only profile on bwrap in a workspace beneath /tmp (which bwrap replaces with
 /// a fresh tmpfs) is proven like any other.
 #[test]

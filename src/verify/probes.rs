@@ -52,6 +52,35 @@ async fn run(lab: &Lab, script: &str) -> Result<Outcome, String> {
     lab.run(script).await.map_err(|e| e.to_string())
 }
 
+/// Runs an attack's `script`, then prints a marker: None when the marker came back (the
+/// attempt was made, whatever it achieved), else why not, so that an attack whose effect
+/// is absent counts as denied only when it was tried.
+async fn attempt(lab: &Lab, script: &str) -> Option<String> {
+    let marker = format!("{}-tried", lab.marker);
+    match run(lab, &format!("{script}\necho {marker}")).await {
+        Ok(o) if text(&o).contains(&marker) => None,
+        Ok(o) => Some(format!("the probe did not run: {}", text(&o).trim())),
+        Err(e) => Some(format!("sandbox error: {e}")),
+    }
+}
+
+/// A denial check: passed when the attempt was made and `escaped` is false.
+fn denied(
+    name: &str,
+    promise: &str,
+    not_tried: Option<String>,
+    escaped: bool,
+    seen: (&str, &str),
+) -> Check {
+    let (escaped_text, safe_text) = seen;
+    let observed = match (&not_tried, escaped) {
+        (_, true) => escaped_text.to_string(),
+        (Some(why), false) => why.clone(),
+        (None, false) => safe_text.to_string(),
+    };
+    check(name, promise, observed, not_tried.is_none() && !escaped)
+}
+
 pub async fn writes(lab: &Lab, out: &mut Vec<Check>) {
     let ws_writable = lab.workspace_writable();
     let target = lab.workspace.join("probe-write");
@@ -74,64 +103,52 @@ pub async fn writes(lab: &Lab, out: &mut Vec<Check>) {
     ));
 
     let direct = lab.outside.join("direct");
-    let _ = run(lab, &format!("echo x > '{}'", direct.display())).await;
-    out.push(check(
+    let tried = attempt(lab, &format!("echo x > '{}'", direct.display())).await;
+    out.push(denied(
         "write: outside the workspace",
         "denied",
-        if exists(&direct) {
-            "file appeared on the host"
-        } else {
-            "no file on the host"
-        },
-        !exists(&direct),
+        tried,
+        exists(&direct),
+        ("file appeared on the host", "no file on the host"),
     ));
 
     let link = lab.workspace.join("probe-link-out");
     let _ = std::os::unix::fs::symlink(&lab.outside, &link);
     let via = lab.outside.join("via-symlink");
-    let _ = run(lab, "echo x > probe-link-out/via-symlink").await;
+    let tried = attempt(lab, "echo x > probe-link-out/via-symlink").await;
     let _ = std::fs::remove_file(&link);
-    out.push(check(
+    out.push(denied(
         "write: through a symlink to outside",
         "denied",
-        if exists(&via) {
-            "file appeared outside"
-        } else {
-            "no file outside"
-        },
-        !exists(&via),
+        tried,
+        exists(&via),
+        ("file appeared outside", "no file outside"),
     ));
 
     let dotdot = lab.workspace.join("../probe-dotdot");
-    let _ = run(
+    let tried = attempt(
         lab,
         "echo x > ../probe-dotdot; echo x > ../../outside/dotdot",
     )
     .await;
     let escaped = exists(&dotdot) || exists(&lab.outside.join("dotdot"));
-    out.push(check(
+    out.push(denied(
         "write: via ..",
         "denied",
-        if escaped {
-            "file appeared outside"
-        } else {
-            "no file outside"
-        },
-        !escaped,
+        tried,
+        escaped,
+        ("file appeared outside", "no file outside"),
     ));
 
     // Absolute paths into the lab only: a probe must be harmless even unsandboxed.
     let rc = lab.home.join(".bashrc");
-    let _ = run(lab, &format!("echo 'echo pwned' >> '{}'", rc.display())).await;
-    out.push(check(
+    let tried = attempt(lab, &format!("echo 'echo pwned' >> '{}'", rc.display())).await;
+    out.push(denied(
         "write: home directory (~/.bashrc)",
         "denied",
-        if exists(&rc) {
-            "~/.bashrc was written"
-        } else {
-            "~/.bashrc untouched"
-        },
-        !exists(&rc),
+        tried,
+        exists(&rc),
+        ("~/.bashrc was written", "~/.bashrc untouched"),
     ));
 
     let host_tmp = Path::new("/tmp").join(format!("{}-tmp", lab.marker));
@@ -176,38 +193,32 @@ pub async fn git(lab: &Lab, out: &mut Vec<Check>) {
         return;
     }
     let hook = git_dir.join("hooks/pre-commit");
-    let _ = run(lab, "printf '#!/bin/sh\\necho pwned\\n' > .git/hooks/pre-commit; chmod +x .git/hooks/pre-commit").await;
-    out.push(check(
+    let tried = attempt(lab, "printf '#!/bin/sh\\necho pwned\\n' > .git/hooks/pre-commit; chmod +x .git/hooks/pre-commit").await;
+    out.push(denied(
         "git: .git/hooks read-only",
         "no hook can be planted",
-        if exists(&hook) {
-            "a hook appeared on the host"
-        } else {
-            "no hook on the host"
-        },
-        !exists(&hook),
+        tried,
+        exists(&hook),
+        ("a hook appeared on the host", "no hook on the host"),
     ));
 
     let config_before = std::fs::read(git_dir.join("config")).unwrap_or_default();
-    let _ = run(
+    let tried = attempt(
         lab,
         "git config core.fsmonitor 'echo pwned' 2>/dev/null; printf '[alias]\\n\\tst = !echo pwned\\n' >> .git/config",
     )
     .await;
     let config_after = std::fs::read(git_dir.join("config")).unwrap_or_default();
-    out.push(check(
+    out.push(denied(
         "git: .git/config read-only",
         "unchanged after the call",
-        if config_after == config_before {
-            "unchanged"
-        } else {
-            "CHANGED"
-        },
-        config_after == config_before,
+        tried,
+        config_after != config_before,
+        ("CHANGED", "unchanged"),
     ));
 
     let head_before = std::fs::read(git_dir.join("HEAD")).unwrap_or_default();
-    let _ = run(
+    let tried = attempt(
         lab,
         "mv .git .git-moved 2>/dev/null; mkdir -p .git/hooks && printf '#!/bin/sh\\necho pwned\\n' > .git/hooks/post-checkout",
     )
@@ -215,15 +226,12 @@ pub async fn git(lab: &Lab, out: &mut Vec<Check>) {
     let replaced = exists(&git_dir.join("hooks/post-checkout"))
         || exists(&lab.workspace.join(".git-moved"))
         || std::fs::read(git_dir.join("HEAD")).unwrap_or_default() != head_before;
-    out.push(check(
+    out.push(denied(
         "git: .git cannot be moved and replaced",
         "the original .git is in place, no new hooks",
-        if replaced {
-            "replaced or moved"
-        } else {
-            "original in place"
-        },
-        !replaced,
+        tried,
+        replaced,
+        ("replaced or moved", "original in place"),
     ));
 
     let writable = lab.workspace_writable();
@@ -262,19 +270,21 @@ pub async fn reads(lab: &Lab, out: &mut Vec<Check>) {
             .filter(|(_, g)| *g == group)
             .map(|(rel, _)| format!("'{}'", lab.home.join(rel).display()))
             .collect();
+        let tried_marker = format!("{}-read-tried", lab.marker);
         let r = run(
             lab,
             &format!(
-                "cat {} 2>&1; ls -la {} 2>&1",
+                "cat {} 2>&1; ls -la {} 2>&1; echo {tried_marker}",
                 files.join(" "),
                 files.join(" ")
             ),
         )
         .await;
-        let leaked = r
-            .as_ref()
-            .map(|o| text(o).contains(&lab.marker))
-            .unwrap_or(false);
+        let output = r.as_ref().map(text).unwrap_or_default();
+        // The decoys hold the lab's marker; the end marker is printed only after the
+        // attempt (and contains the lab's marker too, so it is taken out first).
+        let tried = output.contains(&tried_marker);
+        let leaked = output.replace(&tried_marker, "").contains(&lab.marker);
         let name = match group {
             "ssh" => "read: ssh and gpg keys",
             "cloud" => "read: cloud credentials (aws, azure, gcloud, kube, docker)",
@@ -287,9 +297,10 @@ pub async fn reads(lab: &Lab, out: &mut Vec<Check>) {
             match &r {
                 Err(e) => format!("sandbox error: {e}"),
                 Ok(_) if leaked => "decoy secret LEAKED into the output".into(),
+                Ok(o) if !tried => format!("the probe did not run: {}", text(o).trim()),
                 Ok(_) => "decoy secret not in the output".into(),
             },
-            r.is_ok() && !leaked,
+            tried && !leaked,
         ));
     }
     let r = run(
@@ -822,7 +833,9 @@ pub async fn syscalls(lab: &Lab, out: &mut Vec<Check>) {
         traced
     };
     let (r, traced) = tokio::join!(run(lab, &script), watch);
-    let tried = r.as_ref().is_ok_and(|o| text(o).contains("attach"));
+    let tried = r
+        .as_ref()
+        .is_ok_and(|o| text(o).lines().any(|l| l.starts_with("attach ")));
     out.push(check(
         "syscalls: ptrace of a host process",
         "denied",
@@ -893,22 +906,21 @@ pub async fn signals(lab: &Lab, out: &mut Vec<Check>) {
         }
     };
     let pid = decoy.pid();
-    let _ = run(
+    let tried = attempt(
         lab,
         &format!("kill -9 {pid} 2>/dev/null; kill -STOP {pid} 2>/dev/null; true"),
     )
     .await;
     let state = status_field(pid, "State").unwrap_or_else(|| "running".into());
     let alive = decoy.alive() && !state.starts_with('T');
-    out.push(check(
+    let killed = format!("host process KILLED or stopped ({state})");
+    let safe = format!("host process alive ({state})");
+    out.push(denied(
         "syscalls: signals to host processes",
         "cannot reach processes outside the sandbox",
-        if alive {
-            format!("host process alive ({state})")
-        } else {
-            format!("host process KILLED or stopped ({state})")
-        },
-        alive,
+        tried,
+        !alive,
+        (&killed, &safe),
     ));
 }
 
@@ -948,16 +960,32 @@ pub async fn lifetime(lab: &Lab, out: &mut Vec<Check>) {
     let tag = unique(lab, 3);
     let r = run(
         lab,
-        &format!("setsid sh -c 'sleep {tag}' >/dev/null 2>&1 & (sleep {tag} >/dev/null 2>&1 &); nohup sleep {tag} >/dev/null 2>&1 & echo started"),
+        // The call counts its children before it ends: three must run, or nothing was
+        // left for the check to find killed (no `setsid` here, say).
+        &format!(
+            "setsid sh -c 'sleep {tag}' >/dev/null 2>&1 & (sleep {tag} >/dev/null 2>&1 &); \
+             nohup sleep {tag} >/dev/null 2>&1 & sleep 0.2; n=0; \
+             for p in /proc/[0-9]*; do case \"$(tr '\\0' ' ' < $p/cmdline 2>/dev/null)\" in \
+             'sleep {tag} '*) n=$((n+1));; esac; done; echo \"running $n\""
+        ),
     )
     .await;
     tokio::time::sleep(Duration::from_millis(50)).await;
     let survivors = find_processes(&format!("sleep {tag}"));
+    let running = r.as_ref().map(text).unwrap_or_default();
+    let started = running.contains("running 3");
     out.push(check(
         "lifetime: nothing outlives the call",
         "daemonised, setsid and nohup children are killed",
-        format!("{} left after the call", survivors.len()),
-        r.is_ok() && survivors.is_empty(),
+        if started {
+            format!("{} left after the call", survivors.len())
+        } else {
+            format!(
+                "the probe did not start its three children: {}",
+                running.trim()
+            )
+        },
+        started && survivors.is_empty(),
     ));
     for pid in survivors {
         unsafe { libc::kill(pid, libc::SIGKILL) };
