@@ -202,6 +202,19 @@ impl<P: Provider> Agent<P> {
             if !turn.text.trim().is_empty() {
                 self.report(Progress::Commentary(&turn.text));
             }
+            if turn.cut_off {
+                // The reply stopped at the token limit: its last call may be cut short,
+                // and the model had not finished. None runs; the model is told why.
+                self.events
+                    .log("calls_cut_off", json!({"calls": turn.calls.len()}));
+                let outputs = none_run(
+                    &turn.calls,
+                    "your reply was cut off at the output token limit, so these calls may \
+                     be incomplete; send them again, shorter (write a large file in parts)",
+                );
+                self.history.push(Message::ToolResults(outputs));
+                continue;
+            }
             let (outputs, end) = self.run_calls(&turn.calls, cancel).await;
             self.history.push(Message::ToolResults(outputs));
             if let Some(end) = end {

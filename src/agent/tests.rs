@@ -234,6 +234,37 @@ async fn always_stops_the_questions_for_that_tool() {
     assert!(s.fx.ws.join("one").exists() && s.fx.ws.join("two").exists());
 }
 
+/// A reply cut off at the token limit may end in half a call: none of its calls runs, and
+/// the model is told why and can send them again.
+#[tokio::test]
+async fn calls_of_a_reply_cut_off_at_the_token_limit_do_not_run() {
+    let s = Setup::new();
+    let mut cut = calls(&[
+        ("c1", "execute_bash", json!({"command": "echo one > one"})),
+        ("c2", "execute_bash", json!({"command": "echo tw"})),
+    ]);
+    if let Ok(reply) = &mut cut {
+        reply.turn.cut_off = true;
+    }
+    let mut agent = s.agent(ApprovalMode::AutoSandboxed, vec![cut, answer("resent")]);
+    assert_eq!(
+        turn(&mut agent, "go").await,
+        TurnEnd::Answer("resent".into())
+    );
+    assert!(
+        !s.fx.ws.join("one").exists(),
+        "a call of a cut-off reply ran"
+    );
+    let results = last_results(&agent);
+    assert_eq!(results.len(), 2);
+    assert!(
+        results
+            .iter()
+            .all(|r| !r.ok && r.text.contains("cut off at the output token limit")),
+        "{results:?}"
+    );
+}
+
 #[tokio::test]
 async fn bad_arguments_are_answered_without_asking() {
     let s = Setup::new();

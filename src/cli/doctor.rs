@@ -167,14 +167,30 @@ fn mounts_blocker() -> Option<&'static str> {
 /// Why the agent binary at `path` cannot serve run, chat and mcp, if it cannot: it is
 /// started (`--version`), as those commands would start it, and must be this version.
 fn agent_binary_problem(path: &std::path::Path) -> Option<String> {
-    let out = match std::process::Command::new(path)
+    let child = std::process::Command::new(path)
         .arg("--version")
         .stdin(std::process::Stdio::null())
-        .output()
-    {
-        Ok(out) => out,
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn();
+    let mut child = match child {
+        Ok(child) => child,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Some("missing".into()),
         Err(e) => return Some(format!("cannot be started ({e})")),
+    };
+    // Bounded: a file that starts but never answers must not hang doctor.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while child.try_wait().ok().flatten().is_none() {
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            return Some("`--version` did not answer within 10 s".into());
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    let out = match child.wait_with_output() {
+        Ok(out) => out,
+        Err(e) => return Some(format!("cannot be read ({e})")),
     };
     let expected = format!("chitti {}", env!("CARGO_PKG_VERSION"));
     let said = String::from_utf8_lossy(&out.stdout);

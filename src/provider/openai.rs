@@ -307,6 +307,12 @@ impl StreamedReply {
 /// A reply with neither text nor calls answers nothing: report it rather than
 /// presenting an empty answer.
 fn not_empty(turn: &AssistantTurn) -> Result<(), ProviderError> {
+    if turn.cut_off && turn.text.trim().is_empty() && turn.calls.is_empty() {
+        return Err(ProviderError::bad_reply(
+            "openai API: the reply stopped at the model's output token limit (finish_reason \
+             length) before it said anything",
+        ));
+    }
     if turn.text.trim().is_empty() && turn.calls.is_empty() {
         return Err(ProviderError::bad_reply(
             "openai API: the reply has neither text nor tool calls",
@@ -434,6 +440,9 @@ mod tests {
                 .turn
                 .cut_off
         );
+        let empty = json!({"choices": [{"message": {"content": ""}, "finish_reason": "length"}]});
+        let e = parse_reply(&empty, &AtomicU64::new(1)).unwrap_err();
+        assert!(e.message.contains("output token limit"), "{e}");
         let whole =
             json!({"choices": [{"message": {"content": "Done."}, "finish_reason": "stop"}]});
         assert!(

@@ -485,6 +485,18 @@ pub fn kernel_abi() -> Result<i32, String> {
             .lines()
             .any(|l| l.starts_with("Seccomp:") && l.trim_end().ends_with('2'))
     });
+    // A kernel older than 5.13 has no Landlock, filter or not.
+    let too_old = nix::sys::utsname::uname().ok().and_then(|u| {
+        let release = u.release().to_string_lossy().into_owned();
+        let mut parts = release.split(|c: char| !c.is_ascii_digit());
+        let major: u32 = parts.next()?.parse().ok()?;
+        let minor: u32 = parts.next()?.parse().ok()?;
+        Some((major, minor) < (5, 13))
+    });
+    if too_old == Some(true) {
+        let enosys = std::io::Error::from_raw_os_error(libc::ENOSYS);
+        return Err(blocker_for(enosys, false, false));
+    }
     Err(blocker_for(error, lsm_lists_landlock, filtered))
 }
 
