@@ -1124,10 +1124,14 @@ fn start_sleeping_call(
     backend: &str,
     setup: &str,
 ) -> (std::process::Child, SleepReaper, bool) {
+    start_sleeping(fx.chitti(backend), setup)
+}
+
+/// [`start_sleeping_call`] with a chitti of the caller's making.
+fn start_sleeping(chitti: Chitti, setup: &str) -> (std::process::Child, SleepReaper, bool) {
     let secs = unique_sleep();
     let reaper = SleepReaper(secs.clone());
-    let chitti = fx
-        .chitti(backend)
+    let chitti = chitti
         .command(&[
             "sh",
             "-c",
@@ -1192,24 +1196,33 @@ fn tmpdir_is_discarded_after_sigkill_of_chitti(backend: &str) {
 #[test]
 fn landlock_never_reuses_the_tmpdir_of_a_call_whose_supervisor_was_killed() {
     let fx = Fixture::new();
+    // A pool of the test's own (TMPDIR is where chitti keeps it): its first slot is the
+    // killed call's, which the next call then comes to first.
+    let pool = fx.root.join("pool");
+    std::fs::create_dir(&pool).unwrap();
+    let chitti = || fx.chitti("landlock").env("TMPDIR", &pool);
     let tag = unique_sleep();
     // Writes for about 20 s at most, then ends by itself; `tag` names it for the cleanup.
     let writer = format!(
         "(setsid sh -c 'for i in $(seq 1000); do echo planted >> \"$TMPDIR/planted\" \
          2>/dev/null; sleep 0.02; done' writer-{tag} >/dev/null 2>&1 &)"
     );
-    let (mut chitti, reaper, started) = start_sleeping_call(
-        &fx,
-        "landlock",
+    let (mut front, reaper, started) = start_sleeping(
+        chitti(),
         &format!("printf %s \"$TMPDIR\" > tmpdir-path; {writer}"),
     );
     assert!(started, "the sandboxed sleeps never showed up");
     let orphaned = PathBuf::from(read(&fx.ws("tmpdir-path")));
     assert!(
+        orphaned.starts_with(&pool),
+        "the call's TMPDIR {} is not a slot of the test's pool",
+        orphaned.display()
+    );
+    assert!(
         wait_until(10 * SECOND, || orphaned.join("planted").exists()),
         "the writer never wrote: the test shows nothing"
     );
-    let children = std::fs::read_to_string(format!("/proc/{0}/task/{0}/children", chitti.id()))
+    let children = std::fs::read_to_string(format!("/proc/{0}/task/{0}/children", front.id()))
         .unwrap_or_default();
     let supervisors: Vec<i32> = children
         .split_whitespace()
@@ -1217,8 +1230,8 @@ fn landlock_never_reuses_the_tmpdir_of_a_call_whose_supervisor_was_killed() {
         .collect();
     assert_eq!(supervisors.len(), 1, "chitti's children: {children:?}");
     unsafe { libc::kill(supervisors[0], libc::SIGKILL) };
-    let _ = chitti.kill();
-    chitti.wait().unwrap();
+    let _ = front.kill();
+    front.wait().unwrap();
     let writers = || pids_mentioning(&format!("writer-{tag}"));
     assert!(
         !writers().is_empty(),
@@ -1226,8 +1239,7 @@ fn landlock_never_reuses_the_tmpdir_of_a_call_whose_supervisor_was_killed() {
     );
     let mut outcome = Vec::new();
     for _ in 0..3 {
-        let ran = fx
-            .chitti("landlock")
+        let ran = chitti()
             .sh("printf %s \"$TMPDIR\" > tmpdir-path; sleep 0.3; ls -A \"$TMPDIR\" > listing");
         let tmpdir = read(&fx.ws("tmpdir-path"));
         assert!(!tmpdir.is_empty(), "no TMPDIR:\n{ran}");
@@ -1238,19 +1250,21 @@ fn landlock_never_reuses_the_tmpdir_of_a_call_whose_supervisor_was_killed() {
         unsafe { libc::kill(pid, libc::SIGKILL) };
     }
     drop(reaper);
-    // The directory the writer holds (moved aside under the pool's base, or still in place
-    // had nothing taken its name) is left out of the pool for good: removed here, to keep
-    // the pool whole for later runs.
-    if let Some(base) = orphaned.parent() {
-        let name = orphaned.file_name().unwrap().to_string_lossy().into_owned();
-        for entry in std::fs::read_dir(base).unwrap().flatten() {
-            let n = entry.file_name().to_string_lossy().into_owned();
-            if n.starts_with(&format!("dirty-{name}-")) {
-                let _ = std::fs::remove_dir_all(entry.path());
-            }
-        }
-    }
     assert!(still_writing, "the writer ended before the later calls did");
+    // The dead slot's name serves again, for a fresh directory; the old one, still
+    // written by the killed call's process, was moved aside.
+    assert_eq!(
+        outcome[0].0,
+        orphaned.display().to_string(),
+        "the next call did not come to the killed call's slot: the test shows nothing"
+    );
+    let aside: Vec<String> = std::fs::read_dir(orphaned.parent().unwrap())
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with("dirty-"))
+        .collect();
+    assert_eq!(aside.len(), 1, "{aside:?}");
     for (tmpdir, listing, ran) in outcome {
         assert!(
             listing.trim().is_empty(),
@@ -1310,9 +1324,8 @@ fn landlock_command_dies_with_its_supervisor() {
     let _ = chitti.kill();
     chitti.wait().unwrap();
     drop(reaper);
-    // A slot whose supervisor was killed is out of the pool for good: remove it, to keep
-    // the pool whole for later runs.
-    let _ = std::fs::remove_dir_all(read(&fx.ws("tmpdir-path")));
+    // Its dead TMPDIR slot is left to the pool, which moves it aside when a call next
+    // comes to it: removing it by name here could remove another call's fresh slot.
     assert!(gone, "the command outlived its supervisor's SIGKILL");
     assert_eq!(
         status.and_then(|s| s.code()),
