@@ -362,21 +362,19 @@ fn run_task(args: &AgentArgs, prompt: &str) -> Result<i32, Refusal> {
     let mut sink = |_: &str| {};
     let end = rt.block_on(agent.turn(prompt, &mut sink, &CancellationToken::new()));
     let code = match end {
-        TurnEnd::Answer(answer) => {
-            out_model_text(&answer);
-            if !answer.ends_with('\n') {
+        TurnEnd::Answer(ref text) | TurnEnd::CutOff(ref text) => {
+            out_model_text(text);
+            if !text.ends_with('\n') {
                 super::out("\n");
             }
-            0
-        }
-        // What there is goes out, but not as an answer: a script must not take it for one.
-        TurnEnd::CutOff(partial) => {
-            out_model_text(&partial);
-            if !partial.ends_with('\n') {
-                super::out("\n");
+            // A cut-off answer goes out too, but not as an answer: a script must not
+            // take it for one.
+            if matches!(end, TurnEnd::CutOff(_)) {
+                report_error(&describe_end(&end));
+                1
+            } else {
+                0
             }
-            report_error(&describe_end(&TurnEnd::CutOff(String::new())));
-            1
         }
         other => {
             report_error(&describe_end(&other));

@@ -705,10 +705,10 @@ fn check_bwrap_status(
             // Whatever the cause, the memo that bwrap works here is not to be trusted
             // any more: the next call runs the probe again (and `auto` moves on to
             // another backend if bwrap no longer works at all).
-            let memo = memo.filter(|memo| std::fs::remove_file(memo).is_ok());
+            let forgot = memo.is_some_and(|memo| std::fs::remove_file(memo).is_ok());
             Err(SandboxError::Unavailable(format!(
                 "bubblewrap could not set up the sandbox: {line}{}",
-                if memo.is_some() {
+                if forgot {
                     "; chitti had found bwrap working here earlier, and will test it \
                      again when a chitti command next starts (a running `chat` or `mcp` \
                      session keeps its backend; `chitti doctor` shows what `auto` picks)"

@@ -56,11 +56,22 @@ async fn run(lab: &Lab, script: &str) -> Result<Outcome, String> {
 /// attempt was made, whatever it achieved), else why not, so that an attack whose effect
 /// is absent counts as denied only when it was tried.
 async fn attempt(lab: &Lab, script: &str) -> Option<String> {
-    let marker = format!("{}-tried", lab.marker);
+    attempt_and_output(lab, script).await.0
+}
+
+/// [`attempt`], and what the script printed (without the marker). The marker does not
+/// hold the lab's marker, which the decoy secrets carry: output that has the latter
+/// leaked a secret.
+async fn attempt_and_output(lab: &Lab, script: &str) -> (Option<String>, String) {
+    let marker = format!("chitti-probe-tried-{}", unique(lab, 4));
     match run(lab, &format!("{script}\necho {marker}")).await {
-        Ok(o) if text(&o).contains(&marker) => None,
-        Ok(o) => Some(format!("the probe did not run: {}", text(&o).trim())),
-        Err(e) => Some(format!("sandbox error: {e}")),
+        Ok(o) => {
+            let output = text(&o);
+            let not_tried = (!output.contains(&marker))
+                .then(|| format!("the probe did not run: {}", output.trim()));
+            (not_tried, output.replace(&marker, ""))
+        }
+        Err(e) => (Some(format!("sandbox error: {e}")), String::new()),
     }
 }
 
@@ -270,37 +281,32 @@ pub async fn reads(lab: &Lab, out: &mut Vec<Check>) {
             .filter(|(_, g)| *g == group)
             .map(|(rel, _)| format!("'{}'", lab.home.join(rel).display()))
             .collect();
-        let tried_marker = format!("{}-read-tried", lab.marker);
-        let r = run(
+        let (not_tried, output) = attempt_and_output(
             lab,
             &format!(
-                "cat {} 2>&1; ls -la {} 2>&1; echo {tried_marker}",
+                "cat {} 2>&1; ls -la {} 2>&1",
                 files.join(" "),
                 files.join(" ")
             ),
         )
         .await;
-        let output = r.as_ref().map(text).unwrap_or_default();
-        // The decoys hold the lab's marker; the end marker is printed only after the
-        // attempt (and contains the lab's marker too, so it is taken out first).
-        let tried = output.contains(&tried_marker);
-        let leaked = output.replace(&tried_marker, "").contains(&lab.marker);
+        // The decoys hold the lab's marker.
+        let leaked = output.contains(&lab.marker);
         let name = match group {
             "ssh" => "read: ssh and gpg keys",
             "cloud" => "read: cloud credentials (aws, azure, gcloud, kube, docker)",
             "tokens" => "read: tokens (netrc, git, gh, npm, pypi, cargo)",
             _ => "read: chitti's own config",
         };
-        out.push(check(
+        out.push(denied(
             name,
             "unreadable",
-            match &r {
-                Err(e) => format!("sandbox error: {e}"),
-                Ok(_) if leaked => "decoy secret LEAKED into the output".into(),
-                Ok(o) if !tried => format!("the probe did not run: {}", text(o).trim()),
-                Ok(_) => "decoy secret not in the output".into(),
-            },
-            tried && !leaked,
+            not_tried,
+            leaked,
+            (
+                "decoy secret LEAKED into the output",
+                "decoy secret not in the output",
+            ),
         ));
     }
     let r = run(

@@ -485,25 +485,32 @@ pub fn kernel_abi() -> Result<i32, String> {
             .lines()
             .any(|l| l.starts_with("Seccomp:") && l.trim_end().ends_with('2'))
     });
-    // A kernel older than 5.13 has no Landlock, filter or not.
-    let too_old = nix::sys::utsname::uname().ok().and_then(|u| {
-        let release = u.release().to_string_lossy().into_owned();
-        let mut parts = release.split(|c: char| !c.is_ascii_digit());
-        let major: u32 = parts.next()?.parse().ok()?;
-        let minor: u32 = parts.next()?.parse().ok()?;
-        Some((major, minor) < (5, 13))
-    });
-    if too_old == Some(true) {
-        let enosys = std::io::Error::from_raw_os_error(libc::ENOSYS);
-        return Err(blocker_for(enosys, false, false));
-    }
-    Err(blocker_for(error, lsm_lists_landlock, filtered))
+    let too_old = nix::sys::utsname::uname()
+        .ok()
+        .and_then(|u| older_than_5_13(&u.release().to_string_lossy()))
+        .unwrap_or(false);
+    Err(blocker_for(error, lsm_lists_landlock, filtered, too_old))
 }
 
-/// Why `landlock_create_ruleset` failed with `error`, in words.
-fn blocker_for(error: std::io::Error, lsm_lists_landlock: bool, filtered: bool) -> String {
+/// Whether a kernel release (`6.1.0-18-amd64`) is older than 5.13, the first with
+/// Landlock; None if it cannot be read.
+fn older_than_5_13(release: &str) -> Option<bool> {
+    let mut parts = release.split(|c: char| !c.is_ascii_digit());
+    let major: u32 = parts.next()?.parse().ok()?;
+    let minor: u32 = parts.next()?.parse().ok()?;
+    Some((major, minor) < (5, 13))
+}
+
+/// Why `landlock_create_ruleset` failed with `error`, in words. A kernel older than 5.13
+/// has no Landlock, filter or not.
+fn blocker_for(
+    error: std::io::Error,
+    lsm_lists_landlock: bool,
+    filtered: bool,
+    kernel_too_old: bool,
+) -> String {
     let kernel_answer = error.raw_os_error() == Some(libc::ENOSYS);
-    if kernel_answer && !lsm_lists_landlock && !filtered {
+    if kernel_too_old || (kernel_answer && !lsm_lists_landlock && !filtered) {
         return "this kernel has no Landlock (needs Linux 5.13 or newer with \
                 CONFIG_SECURITY_LANDLOCK)"
             .into();
@@ -547,18 +554,28 @@ mod tests {
     #[test]
     fn a_filtered_landlock_call_is_not_blamed_on_the_kernel() {
         let errno = |e| std::io::Error::from_raw_os_error(e);
-        let old_kernel = blocker_for(errno(libc::ENOSYS), false, false);
+        let old_kernel = blocker_for(errno(libc::ENOSYS), false, false, false);
         assert!(
             old_kernel.contains("this kernel has no Landlock"),
             "{old_kernel}"
         );
+        // Too old for Landlock: the kernel is the blocker even under a filter.
+        let old_kernel = blocker_for(errno(libc::EPERM), false, true, true);
+        assert!(
+            old_kernel.contains("this kernel has no Landlock"),
+            "{old_kernel}"
+        );
+        assert_eq!(older_than_5_13("5.10.0-28-amd64"), Some(true));
+        assert_eq!(older_than_5_13("5.13.0"), Some(false));
+        assert_eq!(older_than_5_13("6.18.1"), Some(false));
+        assert_eq!(older_than_5_13("weird"), None);
         for (e, lsm, filtered) in [
             (libc::EPERM, false, true),
             (libc::EPERM, false, false),
             (libc::ENOSYS, true, false),
             (libc::ENOSYS, false, true),
         ] {
-            let why = blocker_for(errno(e), lsm, filtered);
+            let why = blocker_for(errno(e), lsm, filtered, false);
             assert!(!why.contains("this kernel has no Landlock"), "{why}");
             assert!(why.contains("or use bubblewrap"), "{why}");
             assert_eq!(why.contains("seccomp filter"), filtered, "{why}");
