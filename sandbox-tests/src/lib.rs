@@ -517,9 +517,90 @@ impl Chitti {
         self.run(&argv)
     }
 
+    /// `sh -c script` in the sandbox, with chitti started in a mount namespace of its
+    /// own in which each `(source, target)` is bind-mounted: a second mount of something
+    /// on the host, which the host itself never sees.
+    pub fn sh_with_binds(&self, script: &str, binds: &[(&Path, &Path)]) -> Ran {
+        let mut cmd = self.command(&["sh", "-c", script]);
+        with_bind_mounts(&mut cmd, binds);
+        Ran::from_command(cmd)
+    }
+
     /// Starts the call without waiting for it.
     pub fn spawn<S: AsRef<OsStr>>(&self, argv: &[S]) -> Spawned {
         Spawned::start(self.command(argv), self.stdin.clone())
+    }
+}
+
+/// Makes `cmd` start in a private mount namespace with the `binds` mounted. Root gets
+/// only that; anyone else also gets a user namespace that maps just their own uid and gid
+/// (the mounts need it), so that chitti still runs as them, with no capability left after
+/// its exec.
+pub fn with_bind_mounts(cmd: &mut Command, binds: &[(&Path, &Path)]) {
+    use std::os::unix::process::CommandExt;
+    let c = |p: &Path| CString::new(p.as_os_str().as_encoded_bytes()).unwrap();
+    let binds: Vec<(CString, CString)> = binds.iter().map(|(s, t)| (c(s), c(t))).collect();
+    let (uid, gid) = unsafe { (libc::geteuid(), libc::getegid()) };
+    let user = (uid != 0).then(|| {
+        (
+            format!("{uid} {uid} 1\n").into_bytes(),
+            format!("{gid} {gid} 1\n").into_bytes(),
+        )
+    });
+    // Only system calls on memory prepared above: this runs between fork and exec.
+    let setup = move || -> std::io::Result<()> {
+        let check = |r: libc::c_int| {
+            if r < 0 {
+                Err(std::io::Error::last_os_error())
+            } else {
+                Ok(())
+            }
+        };
+        let write_file = |path: &std::ffi::CStr, text: &[u8]| unsafe {
+            let fd = libc::open(path.as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC);
+            check(fd)?;
+            let written = libc::write(fd, text.as_ptr().cast(), text.len());
+            libc::close(fd);
+            check(if written == text.len() as isize {
+                0
+            } else {
+                -1
+            })
+        };
+        unsafe {
+            match &user {
+                None => check(libc::unshare(libc::CLONE_NEWNS))?,
+                Some((uid_map, gid_map)) => {
+                    check(libc::unshare(libc::CLONE_NEWUSER | libc::CLONE_NEWNS))?;
+                    write_file(c"/proc/self/setgroups", b"deny")?;
+                    write_file(c"/proc/self/uid_map", uid_map)?;
+                    write_file(c"/proc/self/gid_map", gid_map)?;
+                }
+            }
+            let none = std::ptr::null::<libc::c_char>();
+            let private = libc::MS_REC | libc::MS_PRIVATE;
+            check(libc::mount(
+                none,
+                c"/".as_ptr(),
+                none,
+                private,
+                std::ptr::null(),
+            ))?;
+            for (source, target) in &binds {
+                let bind = libc::MS_BIND;
+                check(libc::mount(
+                    source.as_ptr(),
+                    target.as_ptr(),
+                    none,
+                    bind,
+                    std::ptr::null(),
+                ))?;
+            }
+        }
+        Ok(())
+    };
+    unsafe {
+        cmd.pre_exec(setup);
     }
 }
 

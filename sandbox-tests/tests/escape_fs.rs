@@ -1282,6 +1282,84 @@ fn escape_read_credentials_via_symlink_in_workspace(backend: &str) {
     );
 }
 
+/// The decoy home, its ~/.ssh and a directory inside ~/.gnupg, each mounted a second time
+/// outside it (as a bind mount of /home, a disk mounted twice or a btrfs top-level volume
+/// would show them): the credentials must stay hidden under those names too, while the
+/// rest of the second mount stays readable.
+#[backends]
+fn escape_read_credentials_through_a_second_mount(backend: &str) {
+    let fx = Fixture::new();
+    let decoys = fx.decoys();
+    let keys = decoys.path(".gnupg/private-keys-v1.d");
+    let (home_again, ssh_again, keys_again) = (
+        fx.outside("home-again"),
+        fx.outside("ssh-again"),
+        fx.outside("keys-again"),
+    );
+    for dir in [&home_again, &ssh_again, &keys_again] {
+        std::fs::create_dir(dir).unwrap();
+    }
+    let binds = [
+        (fx.home.as_path(), home_again.as_path()),
+        (&*decoys.path(".ssh"), ssh_again.as_path()),
+        (keys.as_path(), keys_again.as_path()),
+    ];
+    let (h, s, k) = (
+        sh_quote(&home_again),
+        sh_quote(&ssh_again),
+        sh_quote(&keys_again),
+    );
+    let ran = fx.chitti(backend).sh_with_binds(
+        &probe(&format!(
+            "cat {h}/.ssh/id_rsa {h}/.aws/credentials {h}/.netrc; grep -r . {h}/.ssh; \
+             cat {s}/id_rsa {s}/id_ed25519; ls -a {s}; cat {k}/decoy.key; \
+             cp {s}/id_rsa copied; cat {h}/notes.txt"
+        )),
+        &binds,
+    );
+    ran.assert_probe_ran();
+    assert!(
+        ran.stdout_str().contains(&decoys.note),
+        "control: notes.txt through the second mount of the home must stay readable\n{ran}"
+    );
+    assert_no_secret(
+        &decoys.secret,
+        "read a credential through a second mount",
+        &ran,
+    );
+    let copies = files_containing(&fx.ws, &decoys.secret);
+    assert!(
+        copies.is_empty(),
+        "ESCAPE (copy a credential through a second mount): {copies:?}\n{ran}"
+    );
+}
+
+/// A workspace that is ~/.ssh mounted a second time would make the keys readable and
+/// writable under the workspace's name: chitti refuses the call before anything runs.
+#[backends]
+fn escape_workspace_on_a_second_mount_of_a_credential_location(backend: &str) {
+    let fx = Fixture::new();
+    let decoys = fx.decoys();
+    let ssh_again = fx.outside("ssh-again");
+    std::fs::create_dir(&ssh_again).unwrap();
+    let ran = fx.chitti(backend).workspace(&ssh_again).sh_with_binds(
+        "cat id_rsa; echo planted > planted",
+        &[(&*decoys.path(".ssh"), ssh_again.as_path())],
+    );
+    assert_eq!(ran.code, Some(125), "the call must be refused\n{ran}");
+    assert!(
+        ran.stderr_str()
+            .contains("a second mount of the credential location"),
+        "the refusal must say why\n{ran}"
+    );
+    assert_absent(
+        &decoys.path(".ssh/planted"),
+        "write through a second mount",
+        &ran,
+    );
+    assert_no_secret(&decoys.secret, "read the workspace that is ~/.ssh", &ran);
+}
+
 #[backends]
 fn escape_read_credentials_via_symlink_created_at_runtime(backend: &str) {
     let fx = Fixture::new();
@@ -1430,7 +1508,7 @@ fn escape_unmask_hidden_credentials(backend: &str) {
          mkdir -p view && mount --bind / view && cat view{k} view{n}; \
          cat /proc/$PPID/root{k} /proc/$PPID/root{n}; ls /proc/$PPID/root{d}; \
          cat ~/notes.txt",
-        inner = sh_quote(&format!("umount -l {d}; umount -l {n}; cat {k} {n}")),
+        inner = sh_quote(format!("umount -l {d}; umount -l {n}; cat {k} {n}")),
     );
     let ran = fx.chitti(backend).sh(&probe(&script));
     ran.assert_probe_ran();

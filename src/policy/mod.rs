@@ -4,6 +4,7 @@
 pub mod credentials;
 pub mod env;
 pub mod git;
+mod mount_aliases;
 mod probe;
 pub mod profile;
 mod workspace;
@@ -238,6 +239,24 @@ impl CredentialSearch {
             if exists {
                 push_unique(&mut deny_read, resolved);
             }
+        }
+        // The same locations under other names: the filesystem, or a directory of it,
+        // mounted a second time (masks and Landlock's rules act on names).
+        for (alias, location) in mount_aliases::find(&deny_read).map_err(PolicyError::Path)? {
+            if let Some(root) = writable
+                .iter()
+                .find(|root| lies_within(&alias, root) || lies_within(root, &alias))
+            {
+                return Err(PolicyError::Workspace(format!(
+                    "writable root {} overlaps {}, which is a second mount of the credential \
+                     location {}: chitti cannot keep it unreadable there.\n\
+                     Choose a workspace that neither contains nor lies inside it.",
+                    root.display(),
+                    alias.display(),
+                    location.display()
+                )));
+            }
+            push_unique(&mut deny_read, alias);
         }
         Ok(deny_read)
     }

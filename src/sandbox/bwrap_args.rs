@@ -114,7 +114,17 @@ pub fn args_with(
     for ro in &policy.read_only {
         a.pair("--ro-bind", ro, ro);
     }
-    for denied in &policy.deny_read {
+    // What lies in the fresh directories is not the host's, unless bound back above
+    // (and a mask could not be mounted there: they are read-only).
+    let fresh = ["/tmp", "/run", "/dev", "/proc"].map(Path::new);
+    let resolve = Path::new("/run/systemd/resolve");
+    let shown = |path: &Path| {
+        !fresh.iter().any(|dir| path.starts_with(dir))
+            || path.starts_with(workspace)
+            || policy.writable.iter().any(|root| path.starts_with(root))
+            || (policy.network && path.starts_with(resolve))
+    };
+    for denied in policy.deny_read.iter().filter(|p| shown(p)) {
         match kind(denied) {
             PathKind::Dir => {
                 a.one("--tmpfs", denied);
@@ -275,6 +285,39 @@ mod tests {
         p.workspace = "/tmp/w".into();
         p.writable = vec!["/tmp/w".into()];
         assert!(!render(&p).contains("--ro-bind /tmp/w"));
+    }
+
+    /// A hidden path beneath the fresh /tmp, /run, /dev or /proc is not the host's there
+    /// (a second mount of a credential location on the host's /tmp, say), and bwrap could
+    /// not mount over it in a read-only tmpfs; beneath a directory bound back it is.
+    #[test]
+    fn hidden_paths_are_masked_only_where_the_sandbox_shows_the_host() {
+        let mut p = policy(true);
+        p.workspace = "/tmp/w".into();
+        p.writable = vec!["/tmp/w/out".into()];
+        p.deny_read = [
+            "/tmp/alias/.ssh",
+            "/run/user/0/keys",
+            "/dev/shm/keys",
+            "/proc/1/root",
+            "/tmp/w/keys",
+            "/run/systemd/resolve/keys",
+            "/mnt/disk/.aws",
+        ]
+        .map(PathBuf::from)
+        .to_vec();
+        let out = render(&p);
+        for hidden in ["/tmp/alias", "/run/user", "/dev/shm", "/proc/1"] {
+            assert!(!out.contains(hidden), "{hidden}: {out}");
+        }
+        for masked in ["/tmp/w/keys", "/run/systemd/resolve/keys", "/mnt/disk/.aws"] {
+            assert!(
+                out.contains(&format!("--tmpfs {masked}")),
+                "{masked}: {out}"
+            );
+        }
+        p.network = false;
+        assert!(!render(&p).contains("resolve/keys"));
     }
 
     #[test]

@@ -154,6 +154,11 @@ impl Masks {
             ..Masks::default()
         };
         for path in hidden {
+            // The minimal /dev replaces the host's whole: nothing beneath it is left to
+            // hide, and nothing could be mounted there (it is read-only).
+            if masks.dev.is_some() && path.starts_with("/dev") {
+                continue;
+            }
             let c = c_path(path)?;
             match cover_for(path) {
                 Cover::DevNull => masks.files.push(c),
@@ -334,6 +339,18 @@ mod tests {
                 .unwrap_or_else(|| panic!("{} not described:\n{described}", path.display()));
             assert!(line.contains(cover), "{line}");
         }
+        // Beneath the minimal /dev, nothing of the host's is left to hide.
+        let kept = KeptDirs {
+            dev: Some(dir.path().to_path_buf()),
+            empty: None,
+        };
+        let beneath_dev = PathBuf::from("/dev/shm/second-mount-of-keys");
+        let masks = Masks::plan(&[beneath_dev.clone(), file.clone()], &kept).unwrap();
+        let described = masks.describe();
+        assert!(!described.contains("second-mount"), "{described}");
+        assert!(described.contains(&*file.to_string_lossy()), "{described}");
+        let no_dev = Masks::plan(&[beneath_dev], &KeptDirs::default()).unwrap();
+        assert!(no_dev.describe().contains("second-mount"));
         let with_nul = PathBuf::from(OsStr::from_bytes(b"/etc/a\0b"));
         assert!(Masks::plan(&[with_nul], &KeptDirs::default()).is_err());
         assert!(
