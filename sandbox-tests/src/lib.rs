@@ -518,11 +518,12 @@ impl Chitti {
     }
 
     /// `sh -c script` in the sandbox, with chitti started in a mount namespace of its
-    /// own in which each `(source, target)` is bind-mounted: a second mount of something
-    /// on the host, which the host itself never sees.
-    pub fn sh_with_binds(&self, script: &str, binds: &[(&Path, &Path)]) -> Ran {
+    /// own in which each `(source, target)` is bind-mounted (with what is mounted beneath
+    /// the source if `recursive`): a second mount of something on the host, which the
+    /// host itself never sees.
+    pub fn sh_with_binds(&self, script: &str, binds: &[(&Path, &Path)], recursive: bool) -> Ran {
         let mut cmd = self.command(&["sh", "-c", script]);
-        with_bind_mounts(&mut cmd, binds);
+        with_bind_mounts(&mut cmd, binds, recursive);
         Ran::from_command(cmd)
     }
 
@@ -536,7 +537,7 @@ impl Chitti {
 /// only that; anyone else also gets a user namespace that maps just their own uid and gid
 /// (the mounts need it), so that chitti still runs as them, with no capability left after
 /// its exec.
-pub fn with_bind_mounts(cmd: &mut Command, binds: &[(&Path, &Path)]) {
+pub fn with_bind_mounts(cmd: &mut Command, binds: &[(&Path, &Path)], recursive: bool) {
     use std::os::unix::process::CommandExt;
     let c = |p: &Path| CString::new(p.as_os_str().as_encoded_bytes()).unwrap();
     let binds: Vec<(CString, CString)> = binds.iter().map(|(s, t)| (c(s), c(t))).collect();
@@ -560,12 +561,13 @@ pub fn with_bind_mounts(cmd: &mut Command, binds: &[(&Path, &Path)]) {
             let fd = libc::open(path.as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC);
             check(fd)?;
             let written = libc::write(fd, text.as_ptr().cast(), text.len());
+            let error = std::io::Error::last_os_error();
             libc::close(fd);
-            check(if written == text.len() as isize {
-                0
-            } else {
-                -1
-            })
+            match written {
+                n if n == text.len() as isize => Ok(()),
+                n if n < 0 => Err(error),
+                _ => Err(std::io::Error::from_raw_os_error(libc::EIO)),
+            }
         };
         unsafe {
             match &user {
@@ -587,7 +589,7 @@ pub fn with_bind_mounts(cmd: &mut Command, binds: &[(&Path, &Path)]) {
                 std::ptr::null(),
             ))?;
             for (source, target) in &binds {
-                let bind = libc::MS_BIND;
+                let bind = libc::MS_BIND | if recursive { libc::MS_REC } else { 0 };
                 check(libc::mount(
                     source.as_ptr(),
                     target.as_ptr(),

@@ -1316,6 +1316,7 @@ fn escape_read_credentials_through_a_second_mount(backend: &str) {
              cp {s}/id_rsa copied; cat {h}/notes.txt"
         )),
         &binds,
+        false,
     );
     ran.assert_probe_ran();
     assert!(
@@ -1345,6 +1346,7 @@ fn escape_workspace_on_a_second_mount_of_a_credential_location(backend: &str) {
     let ran = fx.chitti(backend).workspace(&ssh_again).sh_with_binds(
         "cat id_rsa; echo planted > planted",
         &[(&*decoys.path(".ssh"), ssh_again.as_path())],
+        false,
     );
     assert_eq!(ran.code, Some(125), "the call must be refused\n{ran}");
     assert!(
@@ -1358,6 +1360,150 @@ fn escape_workspace_on_a_second_mount_of_a_credential_location(backend: &str) {
         &ran,
     );
     assert_no_secret(&decoys.secret, "read the workspace that is ~/.ssh", &ran);
+}
+
+/// The whole disk mounted a second time (as a bind of `/` shows it): every credential
+/// location is under that mount too, and Landlock must not grant, under the second names,
+/// the directories on the way to the first.
+#[backends]
+fn escape_read_credentials_through_a_second_mount_of_the_whole_disk(backend: &str) {
+    let fx = Fixture::new();
+    let decoys = fx.decoys();
+    let disk = fx.outside("disk");
+    std::fs::create_dir(&disk).unwrap();
+    let again = |path: &Path| sh_quote(format!("{}{}", disk.display(), path.display()));
+    let ran = fx.chitti(backend).sh_with_binds(
+        &probe(&format!(
+            "cat {k} {n} {a}; ls -a {s}; cat ~/.ssh/id_rsa ~/.netrc; cat {note}",
+            k = again(&decoys.path(".ssh/id_rsa")),
+            n = again(&decoys.path(".netrc")),
+            a = again(&decoys.path(".aws/credentials")),
+            s = again(&decoys.path(".ssh")),
+            note = again(&decoys.path("notes.txt")),
+        )),
+        &[(Path::new("/"), disk.as_path())],
+        true,
+    );
+    ran.assert_probe_ran();
+    assert!(
+        ran.stdout_str().contains(&decoys.note),
+        "control: notes.txt through the second mount of the disk must stay readable\n{ran}"
+    );
+    assert_no_secret(
+        &decoys.secret,
+        "read a credential through the disk mounted twice",
+        &ran,
+    );
+}
+
+/// The layout of btrfs subvolumes with the top level mounted too: HOME lies on a mount of
+/// `pool/@home`, inside a mount of `pool/@`, and `pool` itself is visible. The keys must
+/// stay hidden under both names, and `pool/@` must not be granted as an unrelated
+/// directory (it is the directory on the way to HOME).
+#[backends]
+fn escape_read_credentials_when_home_is_a_mount_of_a_visible_directory(backend: &str) {
+    let fx = Fixture::new();
+    let (pool, sys) = (fx.outside("pool"), fx.outside("sys"));
+    let (top, homes) = (pool.join("@"), pool.join("@home"));
+    let user = homes.join("u");
+    for dir in [
+        top.join("home"),
+        user.join(".ssh"),
+        user.join("proj"),
+        sys.clone(),
+    ] {
+        std::fs::create_dir_all(dir).unwrap();
+    }
+    let (secret, note) = (marker("SECRET"), marker("NOTE"));
+    write(&user.join(".ssh/id_rsa"), format!("{secret}\n"));
+    write(&user.join("notes.txt"), format!("{note}\n"));
+    let home = sys.join("home/u");
+    let sys_home = sys.join("home");
+    let ran = fx
+        .chitti(backend)
+        .env("HOME", &home)
+        .workspace(home.join("proj"))
+        .cwd(user.join("proj"))
+        .sh_with_binds(
+            &probe(&format!(
+                "cat ~/.ssh/id_rsa {u}/.ssh/id_rsa; ls -a ~/.ssh; grep -r . {t}; cat ~/notes.txt",
+                u = sh_quote(&user),
+                t = sh_quote(&pool),
+            )),
+            &[(&top, &sys), (&homes, &sys_home)],
+            false,
+        );
+    ran.assert_probe_ran();
+    assert!(
+        ran.stdout_str().contains(&note),
+        "control: ~/notes.txt must stay readable\n{ran}"
+    );
+    assert_no_secret(
+        &secret,
+        "read a credential of a home on a second mount",
+        &ran,
+    );
+}
+
+/// A directory mounted inside ~/.ssh is part of it: its source, elsewhere on the host,
+/// must be hidden as well.
+#[backends]
+fn escape_read_the_source_of_a_mount_inside_a_credential_location(backend: &str) {
+    let fx = Fixture::new();
+    let decoys = fx.decoys();
+    let source = fx.outside("real-keys");
+    let target = decoys.path(".ssh/keys");
+    std::fs::create_dir_all(&source).unwrap();
+    std::fs::create_dir_all(&target).unwrap();
+    write(&source.join("id_work"), format!("{}\n", decoys.secret));
+    let plain = fx.outside("plain.txt");
+    write(&plain, format!("{}\n", decoys.note));
+    let ran = fx.chitti(backend).sh_with_binds(
+        &probe(&format!(
+            "cat {s}/id_work; ls -a {s}; cat ~/.ssh/keys/id_work; cat {p}",
+            s = sh_quote(&source),
+            p = sh_quote(&plain),
+        )),
+        &[(&source, &target)],
+        false,
+    );
+    ran.assert_probe_ran();
+    assert!(
+        ran.stdout_str().contains(&decoys.note),
+        "control: a plain file beside the source must stay readable\n{ran}"
+    );
+    assert_no_secret(&decoys.secret, "read the source of a mount in ~/.ssh", &ran);
+}
+
+/// ~/.config/gh is a mount of its own, and ~/.config is bound elsewhere without it: the
+/// second name shows no credential, but it is the directory Landlock checks on the way to
+/// ~/.config/gh, so a workspace there would grant the keys. Refused before anything runs.
+#[backends]
+fn escape_workspace_on_another_name_of_a_directory_above_a_credential_location(backend: &str) {
+    let fx = Fixture::new();
+    // Nothing else under ~/.config: another credential there would be found by name.
+    let secret = marker("SECRET");
+    let (gh, config_again) = (fx.outside("gh-source"), fx.outside("config-again"));
+    for dir in [&gh, &config_again] {
+        std::fs::create_dir(dir).unwrap();
+    }
+    write(&gh.join("hosts.yml"), format!("{secret}\n"));
+    let config = fx.home(".config");
+    let config_gh = config.join("gh");
+    std::fs::create_dir_all(&config_gh).unwrap();
+    let ran = fx.chitti(backend).workspace(&config_again).sh_with_binds(
+        "cat ~/.config/gh/hosts.yml; echo planted > planted; echo planted > gh/planted",
+        &[(&gh, &config_gh), (&config, &config_again)],
+        false,
+    );
+    assert_eq!(ran.code, Some(125), "the call must be refused\n{ran}");
+    assert!(
+        ran.stderr_str().contains("under another name"),
+        "the refusal must say why\n{ran}"
+    );
+    assert_absent(&config.join("planted"), "write through another name", &ran);
+    assert_absent(&gh.join("planted"), "write through another name", &ran);
+    assert_no_secret(&secret, "read a credential below the workspace", &ran);
 }
 
 #[backends]

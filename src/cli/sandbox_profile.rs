@@ -124,6 +124,7 @@ fn render(
                 deny_read,
                 terminals: &[],
                 private_dev: private_dev.as_deref(),
+                by_inode: policy.deny_read_by_inode,
             });
             out.push_str(&format!(
                 "\nbackend landlock: Landlock ABI 6 (fs + signal/abstract-socket scoping), {} rules:\n{}",

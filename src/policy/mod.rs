@@ -176,10 +176,26 @@ pub struct CredentialSearch {
     writable: Vec<PathBuf>,
 }
 
+/// What a [`CredentialSearch`] found: the policy's `deny_read` and `deny_read_by_inode`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Hidden {
+    pub paths: Vec<PathBuf>,
+    pub by_inode: bool,
+}
+
+impl Policy {
+    /// Takes what a [`CredentialSearch`] found.
+    pub fn hide(&mut self, hidden: Hidden) {
+        self.deny_read = hidden.paths;
+        self.deny_read_by_inode = hidden.by_inode;
+    }
+}
+
 impl CredentialSearch {
-    /// The canonical paths that exist and must be unreadable. Fails if a writable root
-    /// lies in a credential location or holds one, or an entry cannot be expanded.
-    pub fn run(&self) -> Result<Vec<PathBuf>, PolicyError> {
+    /// The canonical paths that exist and must be unreadable, under every name. Fails if
+    /// a writable root lies in a credential location or holds one, or an entry cannot be
+    /// expanded.
+    pub fn run(&self) -> Result<Hidden, PolicyError> {
         let (dirs, home, writable) = (&self.dirs, &self.home, &self.writable);
         // Only what exists is hidden, and a call may make chitti's state directory (the
         // protected paths' shared record): made now, it is hidden from this call too.
@@ -244,7 +260,8 @@ impl CredentialSearch {
         }
         // The same locations under other names: the filesystem, or a directory of it,
         // mounted a second time (masks and Landlock's rules act on names).
-        for (alias, location) in mount_aliases::find(&deny_read).map_err(PolicyError::Path)? {
+        let found = mount_aliases::find(&deny_read).map_err(PolicyError::Path)?;
+        for (alias, location) in found.names {
             if let Some(root) = writable
                 .iter()
                 .find(|root| lies_within(&alias, root) || lies_within(root, &alias))
@@ -260,8 +277,59 @@ impl CredentialSearch {
             }
             push_unique(&mut deny_read, alias);
         }
-        Ok(deny_read)
+        if found.ancestors_shared {
+            // A writable root may then be a directory on the way to a location, or lie in
+            // one, under a name that compares with none of theirs.
+            if let Some((root, location)) = overlap_by_inode(writable, &deny_read) {
+                return Err(PolicyError::Workspace(format!(
+                    "writable root {} overlaps the credential location {} under another \
+                     name (a directory mounted a second time): chitti cannot keep it \
+                     unreadable there.\n\
+                     Choose a workspace that neither contains nor lies inside it.",
+                    root.display(),
+                    location.display()
+                )));
+            }
+        }
+        Ok(Hidden {
+            paths: deny_read,
+            by_inode: found.ancestors_shared,
+        })
     }
+}
+
+/// The first writable root that is, by what its name leads to, a hidden path or a
+/// directory on the way to one, or lies inside one; with that hidden path.
+fn overlap_by_inode<'a>(
+    writable: &'a [PathBuf],
+    hidden: &'a [PathBuf],
+) -> Option<(&'a PathBuf, &'a PathBuf)> {
+    use std::os::unix::fs::MetadataExt;
+    let identity = |path: &Path| {
+        std::fs::symlink_metadata(path)
+            .ok()
+            .map(|m| (m.dev(), m.ino()))
+    };
+    let hidden: Vec<(&PathBuf, Vec<(u64, u64)>)> = hidden
+        .iter()
+        .map(|path| (path, path.ancestors().filter_map(identity).collect()))
+        .collect();
+    for root in writable {
+        let Some(root_id) = identity(root) else {
+            continue;
+        };
+        for (location, on_the_way) in &hidden {
+            // Landlock checks every directory from a path up to `/`: the location itself
+            // and those on its way; a root inside the location has it on its own way.
+            let inside = on_the_way
+                .first()
+                .is_some_and(|own| root.ancestors().filter_map(identity).any(|id| id == *own));
+            if on_the_way.contains(&root_id) || inside {
+                return Some((root, location));
+            }
+        }
+    }
+    None
 }
 
 /// Makes `dir` and its missing parents, mode 0700, only where the nearest existing one is
@@ -305,6 +373,10 @@ pub struct Policy {
     /// Canonical paths that must be unreadable. Only paths that exist: a missing one
     /// cannot be created inside the sandbox, because no writable root contains it.
     pub deny_read: Vec<PathBuf>,
+    /// Whether a directory on the way to a `deny_read` path has another name as well (a
+    /// filesystem mounted more than once): Landlock's rules, which attach to directories,
+    /// must then be planned by what each name leads to, not by names.
+    pub deny_read_by_inode: bool,
     /// Paths inside writable roots that must not be renamed or replaced.
     pub pinned: Vec<PathBuf>,
     /// Paths inside writable roots that stay read-only. A missing git `hooks` directory
@@ -334,7 +406,7 @@ impl Policy {
     ) -> Result<Policy, PolicyError> {
         let (mut policy, search) =
             Self::resolve_parts(profile, workspace, overrides, dirs, caller_env)?;
-        policy.deny_read = search.run()?;
+        policy.hide(search.run()?);
         Ok(policy)
     }
 
@@ -466,6 +538,7 @@ impl Policy {
             writable,
             private_tmp,
             deny_read: Vec::new(),
+            deny_read_by_inode: false,
             pinned,
             read_only,
             absent,
@@ -820,7 +893,7 @@ mod tests {
         let whole = source("proj").resolve().unwrap();
         let (apart, search) = source("proj").resolve_without_credentials().unwrap();
         assert!(apart.deny_read.is_empty());
-        assert_eq!(search.run().unwrap(), whole.deny_read);
+        assert_eq!(search.run().unwrap().paths, whole.deny_read);
         assert!(whole.deny_read.len() >= 3, "{:?}", whole.deny_read);
         assert_eq!(apart.writable, whole.writable);
 

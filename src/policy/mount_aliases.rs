@@ -21,6 +21,8 @@ use std::path::{Path, PathBuf};
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Mount {
     pub id: u64,
+    /// The mount this one is mounted on (itself for the root).
+    pub parent: u64,
     /// `major:minor` of the filesystem, as the kernel prints it.
     pub device: String,
     /// The directory of that filesystem this mount shows at its mount point.
@@ -37,7 +39,7 @@ pub fn parse(mountinfo: &[u8]) -> Result<Vec<Mount>, String> {
             continue;
         }
         let mut fields = line.split(|&b| b == b' ');
-        let (id, _parent, device, root, mount_point) = (
+        let (id, parent, device, root, mount_point) = (
             fields.next(),
             fields.next(),
             fields.next(),
@@ -51,15 +53,15 @@ pub fn parse(mountinfo: &[u8]) -> Result<Vec<Mount>, String> {
                 String::from_utf8_lossy(line)
             )
         };
-        let (Some(id), Some(device), Some(root), Some(mount_point)) =
-            (id, device, root, mount_point)
+        let (Some(id), Some(parent), Some(device), Some(root), Some(mount_point)) =
+            (id, parent, device, root, mount_point)
         else {
             return Err(malformed());
         };
-        let id = std::str::from_utf8(id)
-            .ok()
-            .and_then(|id| id.parse().ok())
-            .ok_or_else(malformed)?;
+        let number = |field: &[u8]| std::str::from_utf8(field).ok()?.parse().ok();
+        let (Some(id), Some(parent)) = (number(id), number(parent)) else {
+            return Err(malformed());
+        };
         if !device.contains(&b':') {
             return Err(malformed());
         }
@@ -71,6 +73,7 @@ pub fn parse(mountinfo: &[u8]) -> Result<Vec<Mount>, String> {
         }
         mounts.push(Mount {
             id,
+            parent,
             device: String::from_utf8_lossy(device).into_owned(),
             root: PathBuf::from(OsStr::from_bytes(&root)),
             mount_point: PathBuf::from(OsStr::from_bytes(&unescape(mount_point))),
@@ -102,51 +105,147 @@ fn unescape(field: &[u8]) -> Vec<u8> {
     out
 }
 
-/// Whether some filesystem is mounted more than once: if none is, no path has another
-/// name, and nothing needs to be looked up.
-pub fn any_shared(mounts: &[Mount]) -> bool {
-    mounts
-        .iter()
-        .enumerate()
-        .any(|(i, m)| mounts[i + 1..].iter().any(|n| n.device == m.device))
+/// Whether some filesystem is mounted more than once, from the table's third fields
+/// alone: most tables have no such filesystem, and then no directory has two names. A
+/// line too short to have one counts as shared, for [`parse`] to reject.
+pub fn any_shared(mountinfo: &[u8]) -> bool {
+    let mut seen = std::collections::HashSet::new();
+    for line in mountinfo.split(|&b| b == b'\n').filter(|l| !l.is_empty()) {
+        match line.split(|&b| b == b' ').nth(2) {
+            Some(device) if seen.insert(device) => {}
+            _ => return true,
+        }
+    }
+    false
 }
 
-/// Where else the other mounts of its filesystem show `path`, which lies on the mount
-/// `on`: each as the name and the mount it must lead to. A mount of a directory inside
-/// `path` is all of it hidden, so its mount point is a name too. `None` if `on` is not in
-/// `mounts`, or `path` not beneath its mount point (the table changed meanwhile).
-pub fn candidates(mounts: &[Mount], on: u64, path: &Path) -> Option<Vec<(PathBuf, u64)>> {
-    let home = mounts.iter().find(|m| m.id == on)?;
-    let within = path.strip_prefix(&home.mount_point).ok()?;
-    let in_filesystem = home.root.join(within);
-    let names = mounts
-        .iter()
-        .filter(|other| other.id != on && other.device == home.device)
-        .filter_map(|other| {
-            let name = match in_filesystem.strip_prefix(&other.root) {
-                // (`join` of an empty path would add a trailing slash.)
-                Ok(below) if below.as_os_str().is_empty() => other.mount_point.clone(),
-                Ok(below) => other.mount_point.join(below),
-                Err(_) if other.root.starts_with(&in_filesystem) => other.mount_point.clone(),
-                Err(_) => return None,
+/// `base` and then `below` (a relative path), without the trailing slash `join` adds
+/// for an empty one.
+fn join_below(base: &Path, below: &Path) -> PathBuf {
+    if below.as_os_str().is_empty() {
+        base.to_path_buf()
+    } else {
+        base.join(below)
+    }
+}
+
+/// What the mount table says about the hidden paths.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Analysis {
+    /// Other names of what is hidden: each with the mount it must lead to (else it shows
+    /// something mounted over it) and the hidden path it names.
+    pub candidates: Vec<(PathBuf, u64, PathBuf)>,
+    /// Whether a directory on the way to a hidden path has another name as well, through
+    /// another mount of its filesystem. Landlock grants attach to directories, not
+    /// names, so its rules must then compare what each name leads to.
+    pub ancestors_shared: bool,
+}
+
+/// Finds, from the table alone, the other names of each hidden path, given as its path
+/// and the mount it lies on. Besides the path itself, what is mounted beneath it is
+/// hidden too, so the other names of that mount's source are candidates as well. An
+/// error if a path's mount is not in the table or the path not beneath its mount point.
+pub fn analyse(mounts: &[Mount], hidden: &[(PathBuf, u64)]) -> Result<Analysis, String> {
+    let mut analysis = Analysis::default();
+    for (path, on) in hidden {
+        let unlisted = || {
+            format!(
+                "{} lies on a mount that /proc/self/mountinfo does not list: its mount point \
+                 is outside this process's root (a chroot that is not a mount point itself; \
+                 `mount --bind DIR DIR` makes it one) or the mounts changed meanwhile",
+                path.display()
+            )
+        };
+        let home = mounts.iter().find(|m| m.id == *on).ok_or_else(unlisted)?;
+        let within = path
+            .strip_prefix(&home.mount_point)
+            .map_err(|_| unlisted())?;
+        let in_filesystem = join_below(&home.root, within);
+
+        // Where the hidden things are, each as a filesystem and a directory of it.
+        let mut places = vec![(&home.device, in_filesystem.clone())];
+        for beneath in mounts
+            .iter()
+            .filter(|m| m.mount_point.starts_with(path) && m.mount_point != *path)
+        {
+            places.push((&beneath.device, beneath.root.clone()));
+        }
+        for (device, place) in places {
+            for other in mounts.iter().filter(|m| m.device == *device) {
+                let name = match place.strip_prefix(&other.root) {
+                    Ok(below) => join_below(&other.mount_point, below),
+                    Err(_) if other.root.starts_with(&place) => other.mount_point.clone(),
+                    Err(_) => continue,
+                };
+                // (Inside the path, it is hidden with it.)
+                let known = analysis.candidates.iter().any(|(n, _, _)| *n == name);
+                if !name.starts_with(path) && !known {
+                    analysis.candidates.push((name, other.id, path.clone()));
+                }
+            }
+        }
+
+        // The directories Landlock checks on the way from the path to the root: in each
+        // mount from its root down to the deepest one on the way (the path's parent, or
+        // the parent of the mount point of the mount below); is one of them shown by
+        // another mount of the same filesystem?
+        let mut mount = home;
+        let mut deepest = (in_filesystem != home.root)
+            .then(|| in_filesystem.parent().map(Path::to_path_buf))
+            .flatten();
+        for _ in 0..mounts.len() {
+            if let Some(deepest) = &deepest {
+                let shown_elsewhere = mounts.iter().any(|other| {
+                    other.id != mount.id
+                        && other.device == mount.device
+                        && deepest.starts_with(&other.root)
+                });
+                analysis.ancestors_shared |= shown_elsewhere;
+            }
+            let Some(parent) = mounts
+                .iter()
+                .find(|m| m.id == mount.parent && m.id != mount.id)
+            else {
+                break;
             };
-            Some((name, other.id)).filter(|(name, _)| name != path)
-        })
-        .collect();
-    Some(names)
+            // The mount point itself is skipped (it is hidden); its parent is checked,
+            // unless the mount point is the parent mount's root (stacked mounts).
+            deepest = mount
+                .mount_point
+                .strip_prefix(&parent.mount_point)
+                .ok()
+                .filter(|rel| !rel.as_os_str().is_empty())
+                .map(|rel| join_below(&parent.root, rel.parent().unwrap_or(Path::new(""))));
+            mount = parent;
+        }
+    }
+    Ok(analysis)
 }
 
-/// The ID of the mount `path` lies on, without following a final symlink. `Ok(None)`
-/// where the path cannot be reached (it is gone, or a directory on the way cannot be
-/// searched: the sandbox, run by the same user with less, cannot reach it either).
+/// What the mount table says about the hidden paths, on this machine now.
+#[derive(Debug, Default)]
+pub struct Found {
+    /// Other names of the hidden paths, each with the hidden path it names, none inside
+    /// a hidden path or another name (hiding that hides them).
+    pub names: Vec<(PathBuf, PathBuf)>,
+    /// As [`Analysis::ancestors_shared`].
+    pub ancestors_shared: bool,
+}
+
+/// The ID of the mount `path` lies on, without following a final symlink or triggering
+/// an automount. `Ok(None)` where the path cannot be reached (it is gone, or a directory
+/// on the way cannot be searched: the sandbox, run by the same user with less, cannot
+/// reach it either).
 #[cfg(target_os = "linux")]
 fn mount_id(path: &Path) -> Result<Option<u64>, String> {
     use rustix::fs::{statx, AtFlags, StatxFlags, CWD};
     use rustix::io::Errno;
-    match statx(CWD, path, AtFlags::SYMLINK_NOFOLLOW, StatxFlags::MNT_ID) {
+    let flags = AtFlags::SYMLINK_NOFOLLOW | AtFlags::NO_AUTOMOUNT;
+    match statx(CWD, path, flags, StatxFlags::MNT_ID) {
         Ok(found) if found.stx_mask & StatxFlags::MNT_ID.bits() != 0 => Ok(Some(found.stx_mnt_id)),
-        // Kernels before 5.8 do not report it through statx; /proc has it since 3.15.
-        Ok(_) => mount_id_from_proc(path),
+        // Kernels before 5.8 do not report it through statx, and some container
+        // profiles refuse statx; /proc has it since 3.15.
+        Ok(_) | Err(Errno::NOSYS | Errno::PERM) => mount_id_from_proc(path),
         Err(Errno::NOENT | Errno::NOTDIR | Errno::ACCESS | Errno::LOOP) => Ok(None),
         Err(e) => Err(format!("{}: {e}", path.display())),
     }
@@ -156,13 +255,13 @@ fn mount_id(path: &Path) -> Result<Option<u64>, String> {
 fn mount_id_from_proc(path: &Path) -> Result<Option<u64>, String> {
     use rustix::fs::{open, Mode, OFlags};
     use rustix::io::Errno;
+    use std::os::fd::AsRawFd;
     let flags = OFlags::PATH | OFlags::NOFOLLOW | OFlags::CLOEXEC;
     let fd = match open(path, flags, Mode::empty()) {
         Ok(fd) => fd,
         Err(Errno::NOENT | Errno::NOTDIR | Errno::ACCESS | Errno::LOOP) => return Ok(None),
         Err(e) => return Err(format!("{}: {e}", path.display())),
     };
-    use std::os::fd::AsRawFd;
     let info = std::fs::read_to_string(format!("/proc/self/fdinfo/{}", fd.as_raw_fd()))
         .map_err(|e| format!("{}: its mount ID: {e}", path.display()))?;
     info.lines()
@@ -172,50 +271,78 @@ fn mount_id_from_proc(path: &Path) -> Result<Option<u64>, String> {
         .ok_or_else(|| format!("{}: no mount ID in /proc/self/fdinfo", path.display()))
 }
 
-/// The other names, on this machine now, of the `hidden` paths (canonical, existing),
-/// each with the hidden path it names, none of them inside a hidden path or another name
-/// (hiding that hides them). Fails, rather than leave a name visible, where the mount
-/// table cannot be read or changes while it is read.
+/// `/proc/self/mountinfo`, read in as few calls as it allows: the kernel formats the
+/// table anew for every read (some 1.5 us a line here), so the small first reads
+/// `std::fs::read` makes of a file of unknown size cost several times one whole read.
 #[cfg(target_os = "linux")]
-pub fn find(hidden: &[PathBuf]) -> Result<Vec<(PathBuf, PathBuf)>, String> {
+fn read_mount_table() -> std::io::Result<Vec<u8>> {
+    use std::io::Read;
+    let mut file = std::fs::File::open("/proc/self/mountinfo")?;
+    let mut table = vec![0; 16 * 1024];
+    let mut filled = 0;
+    loop {
+        if filled == table.len() {
+            table.resize(table.len() * 2, 0);
+        }
+        match file.read(&mut table[filled..]) {
+            Ok(0) => break,
+            Ok(n) => filled += n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    table.truncate(filled);
+    Ok(table)
+}
+
+/// Looks the `hidden` paths (canonical, existing) up in this process's mount table.
+/// Fails, rather than leave a name visible, where the table cannot be read or does not
+/// list a hidden path's mount. A name that cannot be checked is kept: hiding something
+/// that is not there makes the call fail, never leak.
+#[cfg(target_os = "linux")]
+pub fn find(hidden: &[PathBuf]) -> Result<Found, String> {
     if hidden.is_empty() {
-        return Ok(Vec::new());
+        return Ok(Found::default());
     }
     let why = |e: String| {
         format!("cannot tell whether a credential location is mounted a second time: {e}")
     };
-    let table = std::fs::read("/proc/self/mountinfo")
-        .map_err(|e| why(format!("/proc/self/mountinfo: {e}")))?;
-    let mounts = parse(&table).map_err(why)?;
-    if !any_shared(&mounts) {
-        return Ok(Vec::new());
+    let table = read_mount_table().map_err(|e| {
+        why(format!(
+            "/proc/self/mountinfo: {e} (chitti needs /proc mounted)"
+        ))
+    })?;
+    if !any_shared(&table) {
+        return Ok(Found::default());
     }
-    let mut names: Vec<(PathBuf, PathBuf)> = Vec::new();
+    let mounts = parse(&table).map_err(why)?;
+    let mut on_mounts = Vec::with_capacity(hidden.len());
     for path in hidden {
-        let Some(on) = mount_id(path).map_err(why)? else {
-            continue;
-        };
-        let found = candidates(&mounts, on, path).ok_or_else(|| {
-            why(format!(
-                "{} lies on a mount that /proc/self/mountinfo does not list (did the \
-                 mounts change meanwhile?)",
-                path.display()
-            ))
-        })?;
-        for (name, leads_to) in found {
-            let known = names.iter().any(|(known, _)| *known == name);
-            if !known && mount_id(&name).map_err(why)? == Some(leads_to) {
-                names.push((name, path.clone()));
-            }
+        if let Some(on) = mount_id(path).map_err(why)? {
+            on_mounts.push((path.clone(), on));
         }
     }
-    Ok(outermost(hidden, names))
+    let analysis = analyse(&mounts, &on_mounts).map_err(why)?;
+    let mut names = Vec::new();
+    for (name, leads_to, location) in analysis.candidates {
+        let shown = match mount_id(&name) {
+            Ok(found) => found == Some(leads_to),
+            Err(_) => true,
+        };
+        if shown {
+            names.push((name, location));
+        }
+    }
+    Ok(Found {
+        names: outermost(hidden, names),
+        ancestors_shared: analysis.ancestors_shared,
+    })
 }
 
 /// Elsewhere (macOS) there is no mount table of this kind to look in.
 #[cfg(not(target_os = "linux"))]
-pub fn find(_hidden: &[PathBuf]) -> Result<Vec<(PathBuf, PathBuf)>, String> {
-    Ok(Vec::new())
+pub fn find(_hidden: &[PathBuf]) -> Result<Found, String> {
+    Ok(Found::default())
 }
 
 /// `names` without those inside a hidden path or inside another name: hiding the outer
@@ -239,9 +366,10 @@ fn outermost<T: Clone>(hidden: &[PathBuf], names: Vec<(PathBuf, T)>) -> Vec<(Pat
 mod tests {
     use super::*;
 
-    fn mount(id: u64, device: &str, root: &str, at: &str) -> Mount {
+    fn mount(id: u64, parent: u64, device: &str, root: &str, at: &str) -> Mount {
         Mount {
             id,
+            parent,
             device: device.into(),
             root: root.into(),
             mount_point: at.into(),
@@ -257,9 +385,9 @@ mod tests {
         assert_eq!(
             mounts,
             vec![
-                mount(27, "254:0", "/", "/"),
-                mount(40, "254:0", "/home/u/My Keys", "/mnt/with\\slash\ttab"),
-                mount(41, "0:50", "/etc/shadow", "/srv/old-shadow"),
+                mount(27, 1, "254:0", "/", "/"),
+                mount(40, 27, "254:0", "/home/u/My Keys", "/mnt/with\\slash\ttab"),
+                mount(41, 27, "0:50", "/etc/shadow", "/srv/old-shadow"),
             ]
         );
     }
@@ -268,10 +396,15 @@ mod tests {
     fn a_malformed_line_is_an_error_naming_it() {
         let err = parse(b"27 1 254:0 / / rw - ext4 x rw\n28 27 nodevice / /x\n").unwrap_err();
         assert!(err.contains("line 2") && err.contains("nodevice"), "{err}");
-        let err = parse(b"27 1 254:0 /\n").unwrap_err();
-        assert!(err.contains("line 1"), "{err}");
-        let err = parse(b"x 1 254:0 / / rw\n").unwrap_err();
-        assert!(err.contains("line 1"), "{err}");
+        let bad: [&[u8]; 3] = [
+            b"27 1 254:0 /\n",
+            b"x 1 254:0 / / rw\n",
+            b"27 y 254:0 / / rw\n",
+        ];
+        for bad in bad {
+            let err = parse(bad).unwrap_err();
+            assert!(err.contains("line 1"), "{err}");
+        }
     }
 
     #[test]
@@ -283,88 +416,145 @@ mod tests {
 
     #[test]
     fn only_a_filesystem_mounted_twice_is_shared() {
-        let once = [mount(1, "8:1", "/", "/"), mount(2, "0:5", "/", "/proc")];
-        assert!(!any_shared(&once));
-        let twice = [
-            once[0].clone(),
-            once[1].clone(),
-            mount(3, "8:1", "/home", "/h"),
-        ];
-        assert!(any_shared(&twice));
+        let once = "1 0 8:1 / / rw - ext4 /dev/sda1 rw\n2 1 0:5 / /proc rw - proc proc rw\n";
+        assert!(!any_shared(once.as_bytes()));
+        let twice = format!("{once}3 1 8:1 /home /h rw - ext4 /dev/sda1 rw\n");
+        assert!(any_shared(twice.as_bytes()));
+        // Same digits, another device.
+        let similar = format!("{once}3 1 8:11 / /x rw - ext4 /dev/sda11 rw\n");
+        assert!(!any_shared(similar.as_bytes()));
+        // A line without a device field is left to the parser, which rejects it.
+        assert!(any_shared(format!("{once}3 1\n").as_bytes()));
+        assert!(!any_shared(b""));
     }
 
-    fn names(mounts: &[Mount], on: u64, path: &str) -> Vec<(String, u64)> {
-        candidates(mounts, on, Path::new(path))
-            .unwrap()
+    /// The other names of `path` (on the mount `on`), and whether a directory on its way
+    /// has another name.
+    fn names(mounts: &[Mount], on: u64, path: &str) -> (Vec<(String, u64)>, bool) {
+        let analysis = analyse(mounts, &[(PathBuf::from(path), on)]).unwrap();
+        let names = analysis
+            .candidates
             .into_iter()
-            .map(|(p, id)| (p.display().to_string(), id))
-            .collect()
+            .map(|(name, id, of)| {
+                assert_eq!(of, Path::new(path));
+                (name.display().to_string(), id)
+            })
+            .collect();
+        (names, analysis.ancestors_shared)
+    }
+
+    fn owned(names: &[(&str, u64)]) -> Vec<(String, u64)> {
+        names.iter().map(|(n, id)| (n.to_string(), *id)).collect()
     }
 
     #[test]
     fn a_second_mount_of_the_whole_filesystem_or_of_an_ancestor_is_a_name() {
         let mounts = [
-            mount(1, "8:1", "/", "/"),
-            mount(2, "8:1", "/", "/mnt/disk"),
-            mount(3, "8:1", "/home", "/srv/homes"),
-            mount(4, "8:1", "/home/u/.ssh", "/keys"),
-            mount(5, "8:2", "/", "/home/u/.ssh/not-the-same-disk"),
-            mount(6, "8:1", "/var", "/var-again"),
+            mount(1, 1, "8:1", "/", "/"),
+            mount(2, 1, "8:1", "/", "/mnt/disk"),
+            mount(3, 1, "8:1", "/home", "/srv/homes"),
+            mount(4, 1, "8:1", "/home/u/.ssh", "/keys"),
+            mount(5, 1, "8:2", "/", "/home/u/.ssh/another-disk"),
+            mount(6, 1, "8:1", "/var", "/var-again"),
         ];
-        assert_eq!(
-            names(&mounts, 1, "/home/u/.ssh"),
-            [
-                ("/mnt/disk/home/u/.ssh".to_string(), 2),
-                ("/srv/homes/u/.ssh".to_string(), 3),
-                ("/keys".to_string(), 4),
-            ]
-        );
+        let expected = [
+            ("/mnt/disk/home/u/.ssh", 2),
+            ("/srv/homes/u/.ssh", 3),
+            ("/keys", 4),
+        ];
+        // The whole disk and /home show /home/u too.
+        assert_eq!(names(&mounts, 1, "/home/u/.ssh"), (owned(&expected), true));
     }
 
     #[test]
     fn a_mount_of_a_directory_inside_a_hidden_path_is_hidden_whole() {
         let mounts = [
-            mount(1, "8:1", "/", "/"),
-            mount(2, "8:1", "/root/.gnupg/private-keys-v1.d", "/opt/keys"),
+            mount(1, 1, "8:1", "/", "/"),
+            mount(2, 1, "8:1", "/root/.gnupg/private-keys-v1.d", "/opt/keys"),
         ];
-        assert_eq!(
-            names(&mounts, 1, "/root/.gnupg"),
-            [("/opt/keys".to_string(), 2)]
-        );
+        let expected = owned(&[("/opt/keys", 2)]);
+        assert_eq!(names(&mounts, 1, "/root/.gnupg"), (expected, false));
+    }
+
+    #[test]
+    fn the_source_of_a_mount_inside_a_hidden_path_is_hidden_too() {
+        let mounts = [
+            mount(1, 1, "8:1", "/", "/"),
+            mount(2, 1, "8:1", "/srv/real-keys", "/root/.ssh/keys"),
+            mount(3, 1, "0:60", "/", "/root/.ssh/on-a-tmpfs"),
+            mount(4, 1, "0:60", "/sub", "/tmp/tmpfs-again"),
+        ];
+        let expected = owned(&[("/srv/real-keys", 1), ("/tmp/tmpfs-again", 4)]);
+        assert_eq!(names(&mounts, 1, "/root/.ssh"), (expected, false));
     }
 
     #[test]
     fn a_path_on_a_bind_mount_is_placed_by_that_mounts_root() {
         // /home is itself a bind of /data/home; /data shows the whole disk.
         let mounts = [
-            mount(1, "8:1", "/", "/"),
-            mount(2, "8:3", "/", "/data"),
-            mount(3, "8:3", "/home", "/home"),
+            mount(1, 1, "8:1", "/", "/"),
+            mount(2, 1, "8:3", "/", "/data"),
+            mount(3, 1, "8:3", "/home", "/home"),
         ];
-        assert_eq!(
-            names(&mounts, 3, "/home/u/.aws"),
-            [("/data/home/u/.aws".to_string(), 2)]
-        );
+        let expected = owned(&[("/data/home/u/.aws", 2)]);
+        assert_eq!(names(&mounts, 3, "/home/u/.aws"), (expected, true));
         // A file bind of a deleted /etc/shadow still shows it.
         let shadow = [
-            mount(1, "8:1", "/", "/"),
-            mount(2, "8:1", "/etc/shadow", "/srv/old"),
+            mount(1, 1, "8:1", "/", "/"),
+            mount(2, 1, "8:1", "/etc/shadow", "/srv/old"),
         ];
-        assert_eq!(
-            names(&shadow, 1, "/etc/shadow"),
-            [("/srv/old".to_string(), 2)]
-        );
+        let expected = owned(&[("/srv/old", 2)]);
+        assert_eq!(names(&shadow, 1, "/etc/shadow"), (expected, false));
+    }
+
+    /// btrfs: `/` is the subvolume @, /home the subvolume @home; the top level, which
+    /// holds both, may be mounted too (for snapshots). Then /home/u is also
+    /// /pool/@home/u, and Landlock's rules must not take /pool/@ for an unrelated
+    /// directory: it is `/`.
+    #[test]
+    fn subvolumes_are_names_only_where_the_top_level_is_mounted() {
+        let mut mounts = vec![
+            mount(1, 1, "0:40", "/@", "/"),
+            mount(3, 1, "0:40", "/@home", "/home"),
+        ];
+        assert_eq!(names(&mounts, 3, "/home/u/.ssh"), (vec![], false));
+        mounts.push(mount(2, 1, "0:40", "/", "/pool"));
+        let expected = owned(&[("/pool/@home/u/.ssh", 2)]);
+        assert_eq!(names(&mounts, 3, "/home/u/.ssh"), (expected, true));
+    }
+
+    /// ~/.config/gh on a filesystem of its own, and ~/.config bound elsewhere without it:
+    /// no other name of gh, but ~/.config, on its way, has one.
+    #[test]
+    fn a_directory_on_the_way_with_another_name_is_found_through_the_parent_mounts() {
+        let mounts = [
+            mount(1, 1, "8:1", "/", "/"),
+            mount(2, 1, "0:50", "/", "/home/u/.config/gh"),
+            mount(3, 1, "8:1", "/home/u/.config", "/home/u/cfg-bind"),
+        ];
+        assert_eq!(names(&mounts, 2, "/home/u/.config/gh"), (vec![], true));
+        // Bound from deeper down, it shows nothing on the way.
+        let mounts = [
+            mounts[0].clone(),
+            mounts[1].clone(),
+            mount(3, 1, "8:1", "/home/u/.config/other", "/home/u/cfg-bind"),
+        ];
+        assert_eq!(names(&mounts, 2, "/home/u/.config/gh"), (vec![], false));
     }
 
     #[test]
-    fn the_same_place_mounted_over_itself_and_unknown_mounts_are_not_names() {
+    fn the_same_place_mounted_over_itself_is_not_a_name_and_unknown_mounts_are_errors() {
         let mounts = [
-            mount(1, "8:1", "/", "/"),
-            mount(2, "8:1", "/root/.ssh", "/root/.ssh"),
+            mount(1, 1, "8:1", "/", "/"),
+            mount(2, 1, "8:1", "/root/.ssh", "/root/.ssh"),
         ];
-        assert!(names(&mounts, 1, "/root/.ssh").is_empty());
-        assert!(candidates(&mounts, 99, Path::new("/root/.ssh")).is_none());
-        assert!(candidates(&mounts, 2, Path::new("/elsewhere")).is_none());
+        assert_eq!(names(&mounts, 2, "/root/.ssh"), (vec![], false));
+        let err = analyse(&mounts, &[(PathBuf::from("/root/.ssh"), 99)]).unwrap_err();
+        assert!(
+            err.contains("does not list") && err.contains("chroot"),
+            "{err}"
+        );
+        assert!(analyse(&mounts, &[(PathBuf::from("/elsewhere"), 2)]).is_err());
     }
 
     #[test]

@@ -182,6 +182,7 @@ mod tests {
             writable: vec!["/w".into()],
             private_tmp: true,
             deny_read: vec!["/h/.ssh".into(), "/h/.netrc".into()],
+            deny_read_by_inode: false,
             pinned: vec!["/w/.git".into()],
             read_only: vec!["/w/.git/hooks".into(), "/w/.git/config".into()],
             absent: vec![],

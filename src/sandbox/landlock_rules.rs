@@ -59,10 +59,54 @@ pub struct Spec<'a> {
     /// The directory mounted over /dev in the command's mount namespace, if any: it holds
     /// the harmless devices only.
     pub private_dev: Option<&'a Path>,
+    /// Whether a directory on the way to a denied path has another name as well
+    /// (`Policy::deny_read_by_inode`): entries are then compared by what they lead to.
+    pub by_inode: bool,
 }
 
-/// Plans the rules, listing only the ancestors of denied paths (a few directories).
+/// Beyond this many directories listed (a mount table built to make the plan explode),
+/// entries that would be listed too get no rule at all: less access, never more.
+const MOST_LISTED: usize = 4096;
+
+/// What Landlock checks when a denied path is opened, by device and inode: the path
+/// itself, and every directory its name passes through up to `/` (a mount point is
+/// checked as the root of what is mounted on it, as `stat` of its name sees it). A
+/// grant on any of them, under whatever name, reaches the denied path.
+struct OnTheWay {
+    denied: Vec<(u64, u64)>,
+    ancestors: Vec<(u64, u64)>,
+}
+
+impl OnTheWay {
+    fn of(deny_read: &[PathBuf]) -> OnTheWay {
+        let mut way = OnTheWay {
+            denied: deny_read.iter().filter_map(|p| identity(p)).collect(),
+            ancestors: Vec::new(),
+        };
+        let mut seen: Vec<&Path> = Vec::new();
+        for dir in deny_read.iter().flat_map(|p| p.ancestors().skip(1)) {
+            if !seen.contains(&dir) {
+                seen.push(dir);
+                way.ancestors.extend(identity(dir));
+            }
+        }
+        way
+    }
+}
+
+fn identity(path: &Path) -> Option<(u64, u64)> {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::symlink_metadata(path)
+        .ok()
+        .map(|m| (m.dev(), m.ino()))
+}
+
+/// Plans the rules, listing only the ancestors of denied paths (a few directories). With
+/// `by_inode`, an entry that is a denied path or a directory on the way to one under
+/// another name is treated as such too: skipped, or listed and gone into.
 pub fn plan(spec: &Spec) -> Vec<Rule> {
+    let on_the_way =
+        (spec.by_inode && !spec.deny_read.is_empty()).then(|| OnTheWay::of(spec.deny_read));
     let mut ancestors: Vec<PathBuf> = vec![PathBuf::from("/")];
     if spec.private_dev.is_none() {
         ancestors.push(PathBuf::from("/dev"));
@@ -83,7 +127,11 @@ pub fn plan(spec: &Spec) -> Vec<Rule> {
         push(PathBuf::from("/"), Grant::ReadTree);
         ancestors.clear();
     }
-    for dir in &ancestors {
+    // Indexed: entries found (by inode) to be on the way are appended as they are met.
+    let mut next = 0;
+    while next < ancestors.len() {
+        let dir = ancestors[next].clone();
+        next += 1;
         push(dir.clone(), Grant::List);
         if dir == Path::new("/dev") {
             continue;
@@ -97,7 +145,9 @@ pub fn plan(spec: &Spec) -> Vec<Rule> {
             .filter(|p| p.parent() == Some(dir.as_path()))
             .filter_map(|p| p.file_name())
             .collect();
-        for_each_entry(dir, |name, kind| {
+        let mut found_on_the_way = Vec::new();
+        let room = MOST_LISTED.saturating_sub(ancestors.len());
+        for_each_entry(&dir, |name, kind| {
             if skipped.contains(&name) {
                 return;
             }
@@ -108,8 +158,25 @@ pub fn plan(spec: &Spec) -> Vec<Rule> {
                 // target here could re-open a denied path.
                 EntryKind::Symlink => return,
             };
-            push(dir.join(name), grant);
+            let path = dir.join(name);
+            if let Some(way) = &on_the_way {
+                // Gone (or unreadable) since it was listed: no rule.
+                let Some(id) = identity(&path) else {
+                    return;
+                };
+                if way.denied.contains(&id) {
+                    return;
+                }
+                if way.ancestors.contains(&id) {
+                    if kind == EntryKind::Dir && found_on_the_way.len() < room {
+                        found_on_the_way.push(path);
+                    }
+                    return;
+                }
+            }
+            push(path, grant);
         });
+        ancestors.append(&mut found_on_the_way);
     }
     match spec.private_dev {
         Some(dir) => push(dir.to_path_buf(), Grant::DeviceTree),
@@ -171,6 +238,7 @@ mod tests {
             deny_read: &deny,
             terminals: &[],
             private_dev: None,
+            by_inode: false,
         });
         let granted = |p: &Path| {
             rules
@@ -206,6 +274,34 @@ mod tests {
         assert!(!granted(Path::new("/dev/mem")));
     }
 
+    /// Where no directory has a second name, comparing by inode plans the same rules
+    /// (the escape suite covers the trees where it does not: those need mounts).
+    #[test]
+    fn planning_by_inode_changes_nothing_without_second_names() {
+        let home = tempfile::tempdir().unwrap();
+        let home = home.path().canonicalize().unwrap();
+        for d in [".ssh", ".config/gh", ".config/other", "proj"] {
+            std::fs::create_dir_all(home.join(d)).unwrap();
+        }
+        std::fs::write(home.join(".netrc"), "x").unwrap();
+        let deny = vec![
+            home.join(".ssh"),
+            home.join(".config/gh"),
+            home.join(".netrc"),
+        ];
+        let writable = vec![home.join("proj")];
+        let plan_with = |by_inode| {
+            plan(&Spec {
+                writable: &writable,
+                deny_read: &deny,
+                terminals: &[],
+                private_dev: None,
+                by_inode,
+            })
+        };
+        assert_eq!(plan_with(true), plan_with(false));
+    }
+
     /// With the minimal /dev and nothing to go around (root's calls), the plan is `/`
     /// whole, the devices' directory and the writable roots: nothing is listed.
     #[test]
@@ -217,6 +313,7 @@ mod tests {
             deny_read: &[],
             terminals: &terminals,
             private_dev: Some(Path::new("/var/lib/chitti/dev")),
+            by_inode: false,
         });
         let rule = |path: &str, grant| Rule {
             path: PathBuf::from(path),
@@ -237,6 +334,7 @@ mod tests {
             deny_read: &[],
             terminals: &terminals,
             private_dev: None,
+            by_inode: false,
         });
         assert!(rules.contains(&rule("/", Grant::List)));
         assert!(!rules.contains(&rule("/", Grant::ReadTree)));

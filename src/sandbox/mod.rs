@@ -348,9 +348,11 @@ pub fn prepare_the_only_call(
             .map(Prepared::as_the_only_call);
     }
     let mut policy = policy.clone();
-    policy.deny_read = credentials
-        .run()
-        .map_err(|e| SandboxError::Unavailable(e.to_string()))?;
+    policy.hide(
+        credentials
+            .run()
+            .map_err(|e| SandboxError::Unavailable(e.to_string()))?,
+    );
     prepare_in(backend, &policy, command, cwd, None).map(Prepared::as_the_only_call)
 }
 

@@ -131,6 +131,7 @@ mod tests {
             writable: vec![ws.into()],
             private_tmp: true,
             deny_read: vec!["/Users/me/.ssh".into(), "/Users/me/.netrc".into()],
+            deny_read_by_inode: false,
             pinned: vec![format!("{ws}/.git").into()],
             read_only: vec![
                 format!("{ws}/.git/hooks").into(),

@@ -175,6 +175,7 @@ pub(crate) fn prepare_bwrap(
 fn plan_rules(
     writable: &[PathBuf],
     deny_read: &[PathBuf],
+    by_inode: bool,
     private_dev: Option<&Path>,
 ) -> Vec<landlock_rules::Rule> {
     landlock_rules::plan(&landlock_rules::Spec {
@@ -182,6 +183,7 @@ fn plan_rules(
         deny_read,
         terminals: &stdio_terminals(),
         private_dev,
+        by_inode,
     })
 }
 
@@ -275,7 +277,12 @@ fn prepare_supervised(
                         tmp.as_ref().map(|t| landlock::CallTmp::Fresh(t.path()))
                     }
                 };
-                let rules = plan_rules(&policy.writable, deny_read, private_dev);
+                let rules = plan_rules(
+                    &policy.writable,
+                    deny_read,
+                    policy.deny_read_by_inode,
+                    private_dev,
+                );
                 let (fd, lease) = session
                     .landlock
                     .ruleset_for(&rules, call_tmp)
@@ -289,10 +296,11 @@ fn prepare_supervised(
                 let fd = landlock::create().map_err(unavailable)?;
                 let writable = policy.writable.clone();
                 let deny_read = deny_read.to_vec();
+                let by_inode = policy.deny_read_by_inode;
                 let private_dev = private_dev.map(Path::to_path_buf);
                 let tmp = tmp.as_ref().map(|t| t.path().to_path_buf());
                 let add_rules: supervisor::PendingRules = Box::new(move |ruleset| {
-                    let rules = plan_rules(&writable, &deny_read, private_dev.as_deref());
+                    let rules = plan_rules(&writable, &deny_read, by_inode, private_dev.as_deref());
                     landlock::add_all(ruleset, &rules).map_err(|e| e.to_string())?;
                     if let Some(tmp) = &tmp {
                         landlock::grant_writable(ruleset, tmp).map_err(|e| e.to_string())?;
@@ -307,7 +315,7 @@ fn prepare_supervised(
             let kept = masks.as_ref().map(masks::Masks::kept).unwrap_or_default();
             let plan: supervisor::LateMasks = Box::new(move || {
                 let hidden = search.run().map_err(|e| e.to_string())?;
-                masks::Masks::plan(&hidden, &kept)
+                masks::Masks::plan(&hidden.paths, &kept)
             });
             plan
         });
