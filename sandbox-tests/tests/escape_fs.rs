@@ -1506,6 +1506,36 @@ fn escape_workspace_on_another_name_of_a_directory_above_a_credential_location(b
     assert_no_secret(&secret, "read a credential below the workspace", &ran);
 }
 
+/// ~/.config/gh is a mount of its own, and ~/.config is bound beside it without it: the
+/// second name holds no credential, but granting it (it is a sibling of nothing hidden)
+/// would grant the directory Landlock checks on the way to ~/.config/gh.
+#[backends]
+fn escape_read_credentials_below_a_directory_with_another_name(backend: &str) {
+    let fx = Fixture::new();
+    let secret = marker("SECRET");
+    let gh = fx.outside("gh-source");
+    std::fs::create_dir(&gh).unwrap();
+    write(&gh.join("hosts.yml"), format!("{secret}\n"));
+    let config = fx.home(".config");
+    let (config_gh, config_again) = (config.join("gh"), fx.home("config-again"));
+    for dir in [&config_gh, &config_again] {
+        std::fs::create_dir_all(dir).unwrap();
+    }
+    let note = marker("NOTE");
+    write(&config.join("notes.txt"), format!("{note}\n"));
+    let ran = fx.chitti(backend).sh_with_binds(
+        &probe("cat ~/.config/gh/hosts.yml; grep -r . ~/.config; cat ~/config-again/notes.txt"),
+        &[(&gh, &config_gh), (&config, &config_again)],
+        false,
+    );
+    ran.assert_probe_ran();
+    assert!(
+        ran.stdout_str().contains(&note),
+        "control: a plain file under the second name must stay readable\n{ran}"
+    );
+    assert_no_secret(&secret, "read below a directory with another name", &ran);
+}
+
 #[backends]
 fn escape_read_credentials_via_symlink_created_at_runtime(backend: &str) {
     let fx = Fixture::new();
