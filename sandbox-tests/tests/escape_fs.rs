@@ -1536,6 +1536,135 @@ fn escape_read_credentials_below_a_directory_with_another_name(backend: &str) {
     assert_no_secret(&secret, "read below a directory with another name", &ran);
 }
 
+/// The same bind mount made twice at one place (the second hides the first): the name
+/// leads to the credential through the top one, and must be hidden all the same.
+#[backends]
+fn escape_read_credentials_through_a_second_mount_made_twice(backend: &str) {
+    let fx = Fixture::new();
+    let decoys = fx.decoys();
+    let (keys, home_again) = (fx.outside("keys"), fx.outside("home-again"));
+    for dir in [&keys, &home_again] {
+        std::fs::create_dir(dir).unwrap();
+    }
+    let ssh = decoys.path(".ssh");
+    let ran = fx.chitti(backend).sh_with_binds(
+        &probe(&format!(
+            "cat {k}/id_rsa {h}/.netrc {h}/.ssh/id_ed25519; cat {h}/notes.txt",
+            k = sh_quote(&keys),
+            h = sh_quote(&home_again),
+        )),
+        &[
+            (&ssh, &keys),
+            (&ssh, &keys),
+            (&fx.home, &home_again),
+            (&fx.home, &home_again),
+        ],
+        false,
+    );
+    ran.assert_probe_ran();
+    assert!(
+        ran.stdout_str().contains(&decoys.note),
+        "control: notes.txt through the second mount must stay readable\n{ran}"
+    );
+    assert_no_secret(&decoys.secret, "read through a bind mount made twice", &ran);
+}
+
+/// A second name of ~/.ssh inside a directory its owner cannot search (mode 000): chitti
+/// cannot check the name, but the command could chmod the directory back (Landlock does not
+/// govern modes), so the name is hidden all the same.
+#[backends]
+fn escape_read_credentials_through_a_second_mount_behind_a_locked_directory(backend: &str) {
+    let fx = Fixture::new();
+    let decoys = fx.decoys();
+    let locked = fx.outside("locked");
+    let keys = locked.join("keys");
+    std::fs::create_dir_all(&keys).unwrap();
+    set_mode(&locked, 0o000);
+    let ssh = decoys.path(".ssh");
+    let ran = fx.chitti(backend).sh_with_binds(
+        &probe(&format!(
+            "chmod 700 {l}; cat {l}/keys/id_rsa; ls {l}/keys; cat ~/notes.txt",
+            l = sh_quote(&locked)
+        )),
+        &[(&ssh, &keys)],
+        false,
+    );
+    set_mode(&locked, 0o755);
+    ran.assert_probe_ran();
+    assert!(
+        ran.stdout_str().contains(&decoys.note),
+        "control read failed\n{ran}"
+    );
+    assert_no_secret(
+        &decoys.secret,
+        "read a name behind a directory made searchable",
+        &ran,
+    );
+}
+
+/// ~/.ssh bound into a directory that is itself a mount of a directory visible elsewhere
+/// (and bound a third time): the second name's way passes directories that have other
+/// names, which Landlock must not grant.
+#[backends]
+fn escape_read_credentials_through_a_second_mount_inside_a_mount_with_other_names(backend: &str) {
+    let fx = Fixture::new();
+    let decoys = fx.decoys();
+    let (source, x, y) = (fx.outside("x-source"), fx.outside("x"), fx.outside("y"));
+    for dir in [&source.join("keys"), &x, &y] {
+        std::fs::create_dir_all(dir).unwrap();
+    }
+    write(&source.join("note.txt"), format!("{}\n", decoys.note));
+    let (ssh, x_keys) = (decoys.path(".ssh"), x.join("keys"));
+    let ran = fx.chitti(backend).sh_with_binds(
+        &probe(&format!(
+            "cat {x}/keys/id_rsa {x}/keys/id_ed25519; ls {y} {s}; cat {y}/note.txt",
+            x = sh_quote(&x),
+            y = sh_quote(&y),
+            s = sh_quote(&source),
+        )),
+        &[(&source, &x), (&ssh, &x_keys), (&x, &y)],
+        false,
+    );
+    ran.assert_probe_ran();
+    assert!(
+        ran.stdout_str().contains(&decoys.note),
+        "control: a plain file under the other names must stay readable\n{ran}"
+    );
+    assert_no_secret(
+        &decoys.secret,
+        "read a name whose way has other names",
+        &ran,
+    );
+}
+
+/// A workspace that is another name of ~/.config, where no credential exists yet: the
+/// command could create ~/.config/gh/hosts.yml (a file `gh` then trusts) through it, as
+/// a workspace of ~/.config itself could, which is refused.
+#[backends]
+fn escape_workspace_on_another_name_of_a_directory_for_credentials_to_come(backend: &str) {
+    let fx = Fixture::new();
+    let config = fx.home(".config");
+    let config_again = fx.outside("config-again");
+    for dir in [&config, &config_again] {
+        std::fs::create_dir_all(dir).unwrap();
+    }
+    let ran = fx.chitti(backend).workspace(&config_again).sh_with_binds(
+        "mkdir -p gh && echo 'git_protocol: planted' > gh/hosts.yml",
+        &[(&config, &config_again)],
+        false,
+    );
+    assert_eq!(ran.code, Some(125), "the call must be refused\n{ran}");
+    assert!(
+        ran.stderr_str().contains("under another name"),
+        "the refusal must say why\n{ran}"
+    );
+    assert_absent(
+        &config.join("gh"),
+        "create a credential through another name",
+        &ran,
+    );
+}
+
 #[backends]
 fn escape_read_credentials_via_symlink_created_at_runtime(backend: &str) {
     let fx = Fixture::new();

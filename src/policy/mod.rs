@@ -223,6 +223,8 @@ impl CredentialSearch {
             credentials::expand_into(path, &mut deny_candidates);
         }
         let mut deny_read = Vec::new();
+        // Every location, there or not yet, for the writable roots' check by inode below.
+        let mut locations = Vec::with_capacity(deny_candidates.len());
         for (index, path) in deny_candidates.into_iter().enumerate() {
             let (exists, resolved) = if (root_only..from_profile).contains(&index) {
                 (true, path)
@@ -230,6 +232,7 @@ impl CredentialSearch {
                 let found = prober.probe(&path);
                 (found.exists, found.resolved)
             };
+            locations.push(resolved.clone());
             // A writable root inside a credential location, or containing one, would make
             // it readable (and writable) on backends that cannot mask beneath a grant.
             for root in writable {
@@ -261,6 +264,9 @@ impl CredentialSearch {
         // The same locations under other names: the filesystem, or a directory of it,
         // mounted a second time (masks and Landlock's rules act on names).
         let found = mount_aliases::find(&deny_read).map_err(PolicyError::Path)?;
+        // Landlock's rules compare inodes wherever a directory on the way to a hidden path,
+        // or to one of its other names, may have another name.
+        let by_inode = found.ancestors_shared || !found.names.is_empty();
         for (alias, location) in found.names {
             if let Some(root) = writable
                 .iter()
@@ -277,10 +283,12 @@ impl CredentialSearch {
             }
             push_unique(&mut deny_read, alias);
         }
-        if found.ancestors_shared {
+        if found.table_shared {
             // A writable root may then be a directory on the way to a location, or lie in
-            // one, under a name that compares with none of theirs.
-            if let Some((root, location)) = overlap_by_inode(writable, &deny_read) {
+            // one, under a name that compares with none of theirs; so may one of a
+            // location that does not exist yet, which the command could then create.
+            locations.extend(deny_read.iter().cloned());
+            if let Some((root, location)) = overlap_by_inode(writable, &locations) {
                 return Err(PolicyError::Workspace(format!(
                     "writable root {} overlaps the credential location {} under another \
                      name (a directory mounted a second time): chitti cannot keep it \
@@ -293,38 +301,53 @@ impl CredentialSearch {
         }
         Ok(Hidden {
             paths: deny_read,
-            by_inode: found.ancestors_shared,
+            by_inode,
         })
     }
 }
 
-/// The first writable root that is, by what its name leads to, a hidden path or a
-/// directory on the way to one, or lies inside one; with that hidden path.
+/// The first writable root that is, by what its name leads to, one of the `locations`
+/// or a directory on the way to one (there or not yet), or lies inside one; with that
+/// location.
 fn overlap_by_inode<'a>(
     writable: &'a [PathBuf],
-    hidden: &'a [PathBuf],
+    locations: &'a [PathBuf],
 ) -> Option<(&'a PathBuf, &'a PathBuf)> {
+    use std::collections::HashMap;
     use std::os::unix::fs::MetadataExt;
-    let identity = |path: &Path| {
-        std::fs::symlink_metadata(path)
-            .ok()
-            .map(|m| (m.dev(), m.ino()))
+    // The locations share most of their ancestors (/, /home, the home): each is looked
+    // at once.
+    let mut known: HashMap<&Path, Option<(u64, u64)>> = HashMap::new();
+    let mut identity = |path: &'a Path| {
+        *known.entry(path).or_insert_with(|| {
+            std::fs::symlink_metadata(path)
+                .ok()
+                .map(|m| (m.dev(), m.ino()))
+        })
     };
-    let hidden: Vec<(&PathBuf, Vec<(u64, u64)>)> = hidden
+    type Identity = (u64, u64);
+    // Each root, what it leads to, and what it passes through on its way.
+    let roots: Vec<(&PathBuf, Option<Identity>, Vec<Identity>)> = writable
         .iter()
-        .map(|path| (path, path.ancestors().filter_map(identity).collect()))
+        .map(|root| {
+            let way = root.ancestors().filter_map(&mut identity).collect();
+            (root, identity(root), way)
+        })
         .collect();
-    for root in writable {
-        let Some(root_id) = identity(root) else {
-            continue;
-        };
-        for (location, on_the_way) in &hidden {
-            // Landlock checks every directory from a path up to `/`: the location itself
-            // and those on its way; a root inside the location has it on its own way.
-            let inside = on_the_way
-                .first()
-                .is_some_and(|own| root.ancestors().filter_map(identity).any(|id| id == *own));
-            if on_the_way.contains(&root_id) || inside {
+    for location in locations {
+        // Landlock checks every directory from a path up to `/`: a root that is one of
+        // them holds the location; a root with the location on its own way lies in it.
+        let own = identity(location);
+        for dir in location.ancestors() {
+            let Some(id) = identity(dir) else {
+                continue;
+            };
+            if let Some((root, _, _)) = roots.iter().find(|(_, root_id, _)| *root_id == Some(id)) {
+                return Some((root, location));
+            }
+        }
+        if let Some(own) = own {
+            if let Some((root, _, _)) = roots.iter().find(|(_, _, way)| way.contains(&own)) {
                 return Some((root, location));
             }
         }

@@ -132,9 +132,10 @@ fn join_below(base: &Path, below: &Path) -> PathBuf {
 /// What the mount table says about the hidden paths.
 #[derive(Debug, Default, PartialEq, Eq)]
 pub struct Analysis {
-    /// Other names of what is hidden: each with the mount it must lead to (else it shows
-    /// something mounted over it) and the hidden path it names.
-    pub candidates: Vec<(PathBuf, u64, PathBuf)>,
+    /// Other names of what is hidden: each with a path to what it must lead to (the
+    /// hidden path, or a mount beneath it; else the name shows something mounted over
+    /// it) and the hidden path it names.
+    pub candidates: Vec<(PathBuf, PathBuf, PathBuf)>,
     /// Whether a directory on the way to a hidden path has another name as well, through
     /// another mount of its filesystem. Landlock grants attach to directories, not
     /// names, so its rules must then compare what each name leads to.
@@ -162,25 +163,30 @@ pub fn analyse(mounts: &[Mount], hidden: &[(PathBuf, u64)]) -> Result<Analysis, 
             .map_err(|_| unlisted())?;
         let in_filesystem = join_below(&home.root, within);
 
-        // Where the hidden things are, each as a filesystem and a directory of it.
-        let mut places = vec![(&home.device, in_filesystem.clone())];
+        // Where the hidden things are, each as a filesystem, a directory of it, and a
+        // name that leads there now.
+        let mut places = vec![(&home.device, in_filesystem.clone(), path)];
         for beneath in mounts
             .iter()
             .filter(|m| m.mount_point.starts_with(path) && m.mount_point != *path)
         {
-            places.push((&beneath.device, beneath.root.clone()));
+            places.push((&beneath.device, beneath.root.clone(), &beneath.mount_point));
         }
-        for (device, place) in places {
+        for (device, place, leads_there) in places {
             for other in mounts.iter().filter(|m| m.device == *device) {
-                let name = match place.strip_prefix(&other.root) {
-                    Ok(below) => join_below(&other.mount_point, below),
-                    Err(_) if other.root.starts_with(&place) => other.mount_point.clone(),
-                    Err(_) => continue,
+                // The other mount shows the place (or something inside it), or a directory
+                // of it: the name, and where the same thing is reached through the place.
+                let (name, target) = match place.strip_prefix(&other.root) {
+                    Ok(below) => (join_below(&other.mount_point, below), leads_there.clone()),
+                    Err(_) => match other.root.strip_prefix(&place) {
+                        Ok(inside) => (other.mount_point.clone(), join_below(leads_there, inside)),
+                        Err(_) => continue,
+                    },
                 };
                 // (Inside the path, it is hidden with it.)
                 let known = analysis.candidates.iter().any(|(n, _, _)| *n == name);
                 if !name.starts_with(path) && !known {
-                    analysis.candidates.push((name, other.id, path.clone()));
+                    analysis.candidates.push((name, target, path.clone()));
                 }
             }
         }
@@ -230,12 +236,14 @@ pub struct Found {
     pub names: Vec<(PathBuf, PathBuf)>,
     /// As [`Analysis::ancestors_shared`].
     pub ancestors_shared: bool,
+    /// Whether some filesystem is mounted more than once ([`any_shared`]): a directory
+    /// may then have a second name even where no hidden path exists yet.
+    pub table_shared: bool,
 }
 
 /// The ID of the mount `path` lies on, without following a final symlink or triggering
 /// an automount. `Ok(None)` where the path cannot be reached (it is gone, or a directory
-/// on the way cannot be searched: the sandbox, run by the same user with less, cannot
-/// reach it either).
+/// on the way cannot be searched).
 #[cfg(target_os = "linux")]
 fn mount_id(path: &Path) -> Result<Option<u64>, String> {
     use rustix::fs::{statx, AtFlags, StatxFlags, CWD};
@@ -324,19 +332,56 @@ pub fn find(hidden: &[PathBuf]) -> Result<Found, String> {
     }
     let analysis = analyse(&mounts, &on_mounts).map_err(why)?;
     let mut names = Vec::new();
-    for (name, leads_to, location) in analysis.candidates {
-        let shown = match mount_id(&name) {
-            Ok(found) => found == Some(leads_to),
-            Err(_) => true,
+    for (name, target, location) in analysis.candidates {
+        let hide = match check(&name, &target) {
+            Checked::Same => name,
+            Checked::Other => continue,
+            Checked::Behind(locked) => locked,
         };
-        if shown {
-            names.push((name, location));
+        if !names.iter().any(|(known, _)| *known == hide) {
+            names.push((hide, location));
         }
     }
     Ok(Found {
         names: outermost(hidden, names),
         ancestors_shared: analysis.ancestors_shared,
+        table_shared: true,
     })
+}
+
+/// What a candidate name turned out to be.
+#[cfg(target_os = "linux")]
+#[derive(Debug, PartialEq, Eq)]
+enum Checked {
+    /// It leads to what its target leads to (device and inode, whichever mount shows it),
+    /// or cannot be told not to: hide it.
+    Same,
+    /// It is not there, or something else is mounted over it.
+    Other,
+    /// A directory on its way cannot be searched by the caller, who may own it (the
+    /// sandbox could then chmod it back: Landlock does not govern modes): hide that
+    /// directory, which holds nothing the caller can use, and whose kind is known.
+    Behind(PathBuf),
+}
+
+#[cfg(target_os = "linux")]
+fn check(name: &Path, target: &Path) -> Checked {
+    use rustix::fs::{statx, AtFlags, StatxFlags, CWD};
+    use rustix::io::Errno;
+    let identity = |path: &Path| {
+        let flags = AtFlags::SYMLINK_NOFOLLOW | AtFlags::NO_AUTOMOUNT;
+        statx(CWD, path, flags, StatxFlags::INO)
+            .map(|s| (s.stx_dev_major, s.stx_dev_minor, s.stx_ino))
+    };
+    match (identity(name), identity(target)) {
+        (Ok(found), Ok(wanted)) if found != wanted => Checked::Other,
+        (Err(Errno::NOENT | Errno::NOTDIR | Errno::LOOP), _) => Checked::Other,
+        (Err(Errno::ACCESS), _) => match name.ancestors().skip(1).find(|a| identity(a).is_ok()) {
+            Some(searchable_parent) => Checked::Behind(searchable_parent.to_path_buf()),
+            None => Checked::Same,
+        },
+        _ => Checked::Same,
+    }
 }
 
 /// Elsewhere (macOS) there is no mount table of this kind to look in.
@@ -430,21 +475,25 @@ mod tests {
 
     /// The other names of `path` (on the mount `on`), and whether a directory on its way
     /// has another name.
-    fn names(mounts: &[Mount], on: u64, path: &str) -> (Vec<(String, u64)>, bool) {
+    fn names(mounts: &[Mount], on: u64, path: &str) -> (Vec<(String, String)>, bool) {
         let analysis = analyse(mounts, &[(PathBuf::from(path), on)]).unwrap();
         let names = analysis
             .candidates
             .into_iter()
-            .map(|(name, id, of)| {
+            .map(|(name, target, of)| {
                 assert_eq!(of, Path::new(path));
-                (name.display().to_string(), id)
+                (name.display().to_string(), target.display().to_string())
             })
             .collect();
         (names, analysis.ancestors_shared)
     }
 
-    fn owned(names: &[(&str, u64)]) -> Vec<(String, u64)> {
-        names.iter().map(|(n, id)| (n.to_string(), *id)).collect()
+    /// Each name with the path whose file it must lead to.
+    fn owned(names: &[(&str, &str)]) -> Vec<(String, String)> {
+        names
+            .iter()
+            .map(|(n, target)| (n.to_string(), target.to_string()))
+            .collect()
     }
 
     #[test]
@@ -458,9 +507,9 @@ mod tests {
             mount(6, 1, "8:1", "/var", "/var-again"),
         ];
         let expected = [
-            ("/mnt/disk/home/u/.ssh", 2),
-            ("/srv/homes/u/.ssh", 3),
-            ("/keys", 4),
+            ("/mnt/disk/home/u/.ssh", "/home/u/.ssh"),
+            ("/srv/homes/u/.ssh", "/home/u/.ssh"),
+            ("/keys", "/home/u/.ssh"),
         ];
         // The whole disk and /home show /home/u too.
         assert_eq!(names(&mounts, 1, "/home/u/.ssh"), (owned(&expected), true));
@@ -472,7 +521,7 @@ mod tests {
             mount(1, 1, "8:1", "/", "/"),
             mount(2, 1, "8:1", "/root/.gnupg/private-keys-v1.d", "/opt/keys"),
         ];
-        let expected = owned(&[("/opt/keys", 2)]);
+        let expected = owned(&[("/opt/keys", "/root/.gnupg/private-keys-v1.d")]);
         assert_eq!(names(&mounts, 1, "/root/.gnupg"), (expected, false));
     }
 
@@ -484,7 +533,10 @@ mod tests {
             mount(3, 1, "0:60", "/", "/root/.ssh/on-a-tmpfs"),
             mount(4, 1, "0:60", "/sub", "/tmp/tmpfs-again"),
         ];
-        let expected = owned(&[("/srv/real-keys", 1), ("/tmp/tmpfs-again", 4)]);
+        let expected = owned(&[
+            ("/srv/real-keys", "/root/.ssh/keys"),
+            ("/tmp/tmpfs-again", "/root/.ssh/on-a-tmpfs/sub"),
+        ]);
         assert_eq!(names(&mounts, 1, "/root/.ssh"), (expected, false));
     }
 
@@ -496,14 +548,14 @@ mod tests {
             mount(2, 1, "8:3", "/", "/data"),
             mount(3, 1, "8:3", "/home", "/home"),
         ];
-        let expected = owned(&[("/data/home/u/.aws", 2)]);
+        let expected = owned(&[("/data/home/u/.aws", "/home/u/.aws")]);
         assert_eq!(names(&mounts, 3, "/home/u/.aws"), (expected, true));
         // A file bind of a deleted /etc/shadow still shows it.
         let shadow = [
             mount(1, 1, "8:1", "/", "/"),
             mount(2, 1, "8:1", "/etc/shadow", "/srv/old"),
         ];
-        let expected = owned(&[("/srv/old", 2)]);
+        let expected = owned(&[("/srv/old", "/etc/shadow")]);
         assert_eq!(names(&shadow, 1, "/etc/shadow"), (expected, false));
     }
 
@@ -519,7 +571,7 @@ mod tests {
         ];
         assert_eq!(names(&mounts, 3, "/home/u/.ssh"), (vec![], false));
         mounts.push(mount(2, 1, "0:40", "/", "/pool"));
-        let expected = owned(&[("/pool/@home/u/.ssh", 2)]);
+        let expected = owned(&[("/pool/@home/u/.ssh", "/home/u/.ssh")]);
         assert_eq!(names(&mounts, 3, "/home/u/.ssh"), (expected, true));
     }
 

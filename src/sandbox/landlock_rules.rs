@@ -64,9 +64,10 @@ pub struct Spec<'a> {
     pub by_inode: bool,
 }
 
-/// Beyond this many directories listed (a mount table built to make the plan explode),
-/// entries that would be listed too get no rule at all: less access, never more.
-const MOST_LISTED: usize = 4096;
+/// Beyond this many directories listed (a mount table built to make the plan explode:
+/// each listed directory compares its entries with all the others), entries that would
+/// be listed too get no rule at all: less access, never more.
+const MOST_LISTED: usize = 1024;
 
 /// What Landlock checks when a denied path is opened, by device and inode: the path
 /// itself, and every directory its name passes through up to `/` (a mount point is
