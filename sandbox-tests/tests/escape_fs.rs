@@ -1665,6 +1665,28 @@ fn escape_workspace_on_another_name_of_a_directory_for_credentials_to_come(backe
     );
 }
 
+/// Credentials under a directory their owner closed (mode 000): chitti cannot see them,
+/// but the command could open the directory again (Landlock does not govern modes), so
+/// the closed directory is hidden whole.
+#[backends]
+fn escape_read_credentials_under_a_directory_closed_to_its_owner(backend: &str) {
+    let fx = Fixture::new();
+    let decoys = fx.decoys();
+    let config = fx.home(".config");
+    set_mode(&config, 0o000);
+    let ran = fx.chitti(backend).sh(&probe(
+        "chmod 755 ~/.config; cat ~/.config/gh/hosts.yml ~/.config/chitti/config.toml; \
+         cat ~/notes.txt",
+    ));
+    set_mode(&config, 0o755);
+    ran.assert_probe_ran();
+    assert!(
+        ran.stdout_str().contains(&decoys.note),
+        "control read failed\n{ran}"
+    );
+    assert_no_secret(&decoys.secret, "open a closed directory again", &ran);
+}
+
 #[backends]
 fn escape_read_credentials_via_symlink_created_at_runtime(backend: &str) {
     let fx = Fixture::new();

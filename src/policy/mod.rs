@@ -230,7 +230,16 @@ impl CredentialSearch {
                 (true, path)
             } else {
                 let found = prober.probe(&path);
-                (found.exists, found.resolved)
+                match found.blocked {
+                    // Behind a directory closed to the caller, which the command could
+                    // open again (a chmod of a directory it owns: Landlock does not govern
+                    // modes): that directory is hidden instead, whole.
+                    true => match closed_directory_above(&found.resolved) {
+                        Some(closed) => (true, closed),
+                        None => (false, found.resolved),
+                    },
+                    false => (found.exists, found.resolved),
+                }
             };
             locations.push(resolved.clone());
             // A writable root inside a credential location, or containing one, would make
@@ -304,6 +313,15 @@ impl CredentialSearch {
             by_inode,
         })
     }
+}
+
+/// The deepest directory above `path` that can be looked at: the one whose entries are
+/// closed to the caller, where `path` itself could not be.
+fn closed_directory_above(path: &Path) -> Option<PathBuf> {
+    path.ancestors()
+        .skip(1)
+        .find(|dir| std::fs::symlink_metadata(dir).is_ok())
+        .map(Path::to_path_buf)
 }
 
 /// The first writable root that is, by what its name leads to, one of the `locations`

@@ -35,6 +35,9 @@ pub struct Found {
     /// the path placed beneath the canonical home (for a candidate under the home) or
     /// beneath its deepest existing ancestor.
     pub resolved: PathBuf,
+    /// Whether it could not be looked at, a directory on its way being closed to the
+    /// caller (EACCES): whether it exists is then unknown.
+    pub blocked: bool,
 }
 
 pub struct Prober<'a> {
@@ -62,14 +65,15 @@ impl<'a> Prober<'a> {
 
     pub fn probe(&mut self, path: &Path) -> Found {
         match self.look(path) {
-            Some(found) => found,
-            None => Found {
+            Ok(found) => found,
+            Err(blocked) => Found {
                 exists: false,
                 resolves: false,
                 resolved: match path.strip_prefix(self.home) {
                     Ok(rest) => self.canonical_home.join(rest),
                     Err(_) => super::canonical_or_lexical(path),
                 },
+                blocked,
             },
         }
     }
@@ -77,21 +81,23 @@ impl<'a> Prober<'a> {
     /// The canonical path of `path` if it resolves all the way (through its links), else
     /// `None`, without working out where a missing path would be.
     pub fn resolve_existing(&mut self, path: &Path) -> Option<PathBuf> {
-        let found = self.look(path)?;
+        let found = self.look(path).ok()?;
         found.resolves.then_some(found.resolved)
     }
 
-    /// [`Self::probe`] for what exists; `None` for what does not.
-    fn look(&mut self, path: &Path) -> Option<Found> {
+    /// [`Self::probe`] for what exists; for what does not, whether that is because a
+    /// directory on its way is closed to the caller.
+    fn look(&mut self, path: &Path) -> Result<Found, bool> {
         let under_home = path.strip_prefix(self.home).ok();
         if let Some(Component::Normal(first)) = under_home.and_then(|r| r.components().next()) {
             if let Some(entries) = self.home_entries() {
                 if !entries.may_hold(first) {
-                    return None;
+                    return Err(false);
                 }
             }
         }
-        let meta = std::fs::symlink_metadata(path).ok()?;
+        let meta =
+            std::fs::symlink_metadata(path).map_err(|e| e.raw_os_error() == Some(libc::EACCES))?;
         // Linux only: its realpath keeps the spelling it was given, as the join does.
         // macOS's returns a case-insensitive volume's own spelling of each name, which
         // the sandbox profile must name.
@@ -101,10 +107,11 @@ impl<'a> Prober<'a> {
             _ => None,
         }
         .or_else(|| canonicalize(path).ok());
-        Some(Found {
+        Ok(Found {
             exists: true,
             resolves: resolved.is_some(),
             resolved: resolved.unwrap_or_else(|| path.to_path_buf()),
+            blocked: false,
         })
     }
 
