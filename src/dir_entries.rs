@@ -44,10 +44,11 @@ fn read_entries(
 }
 
 /// Calls `f` with the name and kind of every entry of `dir` but `.` and `..`, in the
-/// directory's order. An unreadable directory has no entries; an entry whose kind cannot
-/// be learnt (it vanished meanwhile) is skipped.
+/// directory's order; false if `dir` could not be listed (whole). An unreadable directory
+/// has no entries; an entry whose kind cannot be learnt (it vanished meanwhile) is
+/// skipped.
 #[cfg(target_os = "linux")]
-pub fn for_each_entry(dir: &Path, mut f: impl FnMut(&OsStr, EntryKind)) {
+pub fn for_each_entry(dir: &Path, mut f: impl FnMut(&OsStr, EntryKind)) -> bool {
     use rustix::fs::FileType;
     use std::os::unix::ffi::OsStrExt;
     read_entries(dir, |fd, entry| {
@@ -69,7 +70,8 @@ pub fn for_each_entry(dir: &Path, mut f: impl FnMut(&OsStr, EntryKind)) {
         };
         f(OsStr::from_bytes(name.to_bytes()), kind);
         true
-    });
+    })
+    .is_some()
 }
 
 /// The names of the entries of `dir` but `.` and `..`, or `None` if it cannot be listed
@@ -101,9 +103,9 @@ pub fn names(dir: &Path, limit: usize) -> Option<Vec<std::ffi::OsString>> {
 }
 
 #[cfg(not(target_os = "linux"))]
-pub fn for_each_entry(dir: &Path, mut f: impl FnMut(&OsStr, EntryKind)) {
+pub fn for_each_entry(dir: &Path, mut f: impl FnMut(&OsStr, EntryKind)) -> bool {
     let Ok(entries) = std::fs::read_dir(dir) else {
-        return;
+        return false;
     };
     for entry in entries.flatten() {
         let Ok(file_type) = entry.file_type() else {
@@ -118,6 +120,7 @@ pub fn for_each_entry(dir: &Path, mut f: impl FnMut(&OsStr, EntryKind)) {
         };
         f(entry.file_name().as_os_str(), kind);
     }
+    true
 }
 
 #[cfg(test)]

@@ -1687,6 +1687,63 @@ fn escape_read_credentials_under_a_directory_closed_to_its_owner(backend: &str) 
     assert_no_secret(&decoys.secret, "open a closed directory again", &ran);
 }
 
+/// ~/.ssh and ~/.config are links into a directory closed to its owner (mode 000):
+/// chitti cannot look through them, and the command could open the directory again
+/// (Landlock does not govern modes), so the closed directory itself, where the links
+/// lead, is hidden whole.
+#[backends]
+fn escape_read_credentials_through_links_into_a_closed_directory(backend: &str) {
+    let fx = Fixture::new();
+    let (secret, note) = (marker("SECRET"), marker("NOTE"));
+    let vault = fx.outside("vault");
+    write(&vault.join("ssh/id_rsa"), format!("{secret}\n"));
+    write(&vault.join("cfg/gh/hosts.yml"), format!("{secret}\n"));
+    write(&fx.home("notes.txt"), format!("{note}\n"));
+    std::os::unix::fs::symlink(vault.join("ssh"), fx.home(".ssh")).unwrap();
+    std::os::unix::fs::symlink(vault.join("cfg"), fx.home(".config")).unwrap();
+    set_mode(&vault, 0o000);
+    let ran = fx.chitti(backend).sh(&probe(&format!(
+        "chmod 700 {v}; cat {v}/ssh/id_rsa {v}/cfg/gh/hosts.yml ~/.ssh/id_rsa; cat ~/notes.txt",
+        v = sh_quote(&vault)
+    )));
+    set_mode(&vault, 0o755);
+    ran.assert_probe_ran();
+    assert!(
+        ran.stdout_str().contains(&note),
+        "control read failed\n{ran}"
+    );
+    assert_no_secret(&secret, "open a closed directory behind a link", &ran);
+}
+
+/// A profile's `deny_read` naming ~/.config, which holds a built-in location (~/.config/gh):
+/// all of ~/.config stays unreadable, not only gh.
+#[backends]
+fn escape_read_a_profile_denied_directory_that_holds_a_built_in_location(backend: &str) {
+    let fx = Fixture::new();
+    let decoys = fx.decoys();
+    write(
+        &fx.home(".config/app/token"),
+        format!("{}\n", decoys.secret),
+    );
+    let profile = fx.profile(
+        "no-config",
+        "[filesystem]\ndeny_read = [\"{home}/.config\"]\n",
+    );
+    let ran = fx.chitti(backend).profile(&profile).sh(&probe(
+        "cat ~/.config/app/token; grep -r . ~/.config; cat ~/notes.txt",
+    ));
+    ran.assert_probe_ran();
+    assert!(
+        ran.stdout_str().contains(&decoys.note),
+        "control read failed\n{ran}"
+    );
+    assert_no_secret(
+        &decoys.secret,
+        "read beside a built-in location in a denied directory",
+        &ran,
+    );
+}
+
 #[backends]
 fn escape_read_credentials_via_symlink_created_at_runtime(backend: &str) {
     let fx = Fixture::new();

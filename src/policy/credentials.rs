@@ -87,12 +87,17 @@ pub fn expand_into(pattern: &Path, out: &mut Vec<PathBuf>) {
     // Keep the bare prefix too: if it is created later it must still be covered where the
     // backend can cover a missing path.
     out.push(parent.join(prefix));
-    crate::dir_entries::for_each_entry(parent, |file_name, _| {
+    let listed = crate::dir_entries::for_each_entry(parent, |file_name, _| {
         let candidate = file_name.to_string_lossy();
         if candidate.starts_with(prefix) && candidate != prefix {
             out.push(parent.join(file_name));
         }
     });
+    // A directory that is there but cannot be listed (mode --x) may hold matches nobody
+    // can name in advance: it is hidden whole.
+    if !listed && std::fs::metadata(parent).is_ok_and(|m| m.is_dir()) {
+        out.push(parent.to_path_buf());
+    }
 }
 
 #[cfg(test)]
@@ -111,5 +116,32 @@ mod tests {
         assert!(list.contains(&cargo.join("credentials")));
         assert!(!list.contains(&cargo.join("config.toml")));
         assert!(list.contains(&dir.path().join(".ssh")));
+        assert!(
+            !list.contains(&cargo),
+            "a directory that can be listed is not hidden whole"
+        );
+    }
+
+    /// Where the directory cannot be listed, what the glob would match is unknown: the
+    /// directory is hidden whole. (Root lists it whatever its mode, and finds the match:
+    /// either way the credential is covered.)
+    #[test]
+    fn a_glob_in_a_directory_that_cannot_be_listed_hides_the_directory() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let cargo = dir.path().join(".cargo");
+        std::fs::create_dir(&cargo).unwrap();
+        std::fs::write(cargo.join("credentials.toml"), "x").unwrap();
+        std::fs::set_permissions(&cargo, std::fs::Permissions::from_mode(0o100)).unwrap();
+        let list = builtin(dir.path(), &[]);
+        std::fs::set_permissions(&cargo, std::fs::Permissions::from_mode(0o755)).unwrap();
+        if nix::unistd::geteuid().is_root() {
+            assert!(list.contains(&cargo.join("credentials.toml")), "{list:?}");
+        } else {
+            assert!(list.contains(&cargo), "{list:?}");
+        }
+        // A missing one is not there to hide.
+        let list = builtin(&dir.path().join("elsewhere"), &[]);
+        assert!(!list.iter().any(|p| p.ends_with(".cargo")));
     }
 }

@@ -226,22 +226,37 @@ impl CredentialSearch {
         // Every location, there or not yet, for the writable roots' check by inode below.
         let mut locations = Vec::with_capacity(deny_candidates.len());
         for (index, path) in deny_candidates.into_iter().enumerate() {
-            let (exists, resolved) = if (root_only..from_profile).contains(&index) {
-                (true, path)
+            // What to hide (if anything exists there), and what the user knows it as.
+            let (exists, resolved, named) = if (root_only..from_profile).contains(&index) {
+                (true, path.clone(), path)
             } else {
                 let found = prober.probe(&path);
-                match found.blocked {
-                    // Behind a directory closed to the caller, which the command could
-                    // open again (a chmod of a directory it owns: Landlock does not govern
-                    // modes): that directory is hidden instead, whole.
-                    true => match closed_directory_above(&found.resolved) {
-                        Some(closed) => (true, closed),
-                        None => (false, found.resolved),
-                    },
-                    false => (found.exists, found.resolved),
+                // Where it cannot be looked at all the way (a directory on its way, or on
+                // its link's way, is closed to the caller), the command could open that
+                // directory again (a chmod of one it owns: Landlock does not govern
+                // modes): that directory is hidden instead, whole.
+                let closed = (found.blocked || (found.exists && !found.resolves))
+                    .then(|| closed_directory_on_the_way(&path))
+                    .flatten();
+                match closed {
+                    Some(closed) => (true, closed, found.resolved),
+                    // A link that leads nowhere hides nothing (and a mount over it would
+                    // follow it and fail).
+                    None if found.exists && !found.resolves => {
+                        (false, found.resolved.clone(), found.resolved)
+                    }
+                    None => (found.exists, found.resolved.clone(), found.resolved),
                 }
             };
             locations.push(resolved.clone());
+            let as_named = || match named == resolved {
+                true => resolved.display().to_string(),
+                false => format!(
+                    "{} (hidden as {}, a directory on its way that chitti cannot look into)",
+                    named.display(),
+                    resolved.display()
+                ),
+            };
             // A writable root inside a credential location, or containing one, would make
             // it readable (and writable) on backends that cannot mask beneath a grant.
             for root in writable {
@@ -253,7 +268,7 @@ impl CredentialSearch {
                              cannot take a path back out of a writable root. Keep the \
                              secret outside the workspace, or drop the entry.",
                             self.profile,
-                            resolved.display(),
+                            as_named(),
                             root.display()
                         )));
                     }
@@ -262,7 +277,7 @@ impl CredentialSearch {
                          chitti cannot keep it unreadable there.\n\
                          Choose a workspace that neither contains nor lies inside it.",
                         root.display(),
-                        resolved.display()
+                        as_named()
                     )));
                 }
             }
@@ -270,6 +285,10 @@ impl CredentialSearch {
                 push_unique(&mut deny_read, resolved);
             }
         }
+        // What lies inside another hidden path is hidden with it; kept apart, it would
+        // make Landlock's plan list the outer one (as a directory on its way) and grant
+        // the rest of it.
+        let mut deny_read = outermost(deny_read);
         // The same locations under other names: the filesystem, or a directory of it,
         // mounted a second time (masks and Landlock's rules act on names).
         let found = mount_aliases::find(&deny_read).map_err(PolicyError::Path)?;
@@ -282,8 +301,9 @@ impl CredentialSearch {
                 .find(|root| lies_within(&alias, root) || lies_within(root, &alias))
             {
                 return Err(PolicyError::Workspace(format!(
-                    "writable root {} overlaps {}, which is a second mount of the credential \
-                     location {}: chitti cannot keep it unreadable there.\n\
+                    "writable root {} overlaps {}, which shows the credential location {} \
+                     under another name (a second mount, or a directory holding one that \
+                     chitti cannot look into): chitti cannot keep it unreadable there.\n\
                      Choose a workspace that neither contains nor lies inside it.",
                     root.display(),
                     alias.display(),
@@ -315,13 +335,60 @@ impl CredentialSearch {
     }
 }
 
-/// The deepest directory above `path` that can be looked at: the one whose entries are
-/// closed to the caller, where `path` itself could not be.
-fn closed_directory_above(path: &Path) -> Option<PathBuf> {
-    path.ancestors()
-        .skip(1)
-        .find(|dir| std::fs::symlink_metadata(dir).is_ok())
-        .map(Path::to_path_buf)
+/// The directory closed to the caller (it can be looked at, not into) where resolving
+/// `path` stops, following its links one at a time as the kernel would; `None` if the
+/// resolution ends otherwise (all the way, or at something missing).
+fn closed_directory_on_the_way(path: &Path) -> Option<PathBuf> {
+    use std::collections::VecDeque;
+    use std::path::Component;
+    let mut at = PathBuf::from("/");
+    let mut ahead: VecDeque<std::ffi::OsString> = VecDeque::new();
+    let push_front = |ahead: &mut VecDeque<_>, path: &Path| {
+        for component in path.components().rev() {
+            match component {
+                Component::Normal(name) => ahead.push_front(name.to_os_string()),
+                Component::ParentDir => ahead.push_front("..".into()),
+                _ => {}
+            }
+        }
+    };
+    push_front(&mut ahead, path);
+    let mut links = 0;
+    while let Some(name) = ahead.pop_front() {
+        if name == ".." {
+            at.pop();
+            continue;
+        }
+        let next = at.join(&name);
+        match std::fs::symlink_metadata(&next) {
+            Ok(meta) if meta.is_symlink() => {
+                links += 1;
+                let target = std::fs::read_link(&next).ok().filter(|_| links <= 40)?;
+                if target.is_absolute() {
+                    at = PathBuf::from("/");
+                }
+                push_front(&mut ahead, &target);
+            }
+            Ok(_) => at = next,
+            Err(e) if e.raw_os_error() == Some(libc::EACCES) => return Some(at),
+            Err(_) => return None,
+        }
+    }
+    None
+}
+
+/// `paths` without those inside another of them.
+fn outermost(paths: Vec<PathBuf>) -> Vec<PathBuf> {
+    let inside_another = |path: &PathBuf| {
+        paths
+            .iter()
+            .any(|other| other != path && lies_within(path, other))
+    };
+    paths
+        .iter()
+        .filter(|p| !inside_another(p))
+        .cloned()
+        .collect()
 }
 
 /// The first writable root that is, by what its name leads to, one of the `locations`

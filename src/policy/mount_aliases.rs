@@ -8,9 +8,10 @@
 //! (the device number) and from which of its directories (the root), so every other name
 //! of a hidden path can be worked out and hidden too.
 //!
-//! Each name found is checked against the mount it must lead to (`statx`'s mount ID):
-//! a path that something else is mounted over, or beneath, shows that other thing, and
-//! is left alone. What shows another filesystem's files without being a mount of it (an
+//! Each name found is checked against what it must lead to (device and inode, through
+//! whichever mount): a path that something else is mounted over, or beneath, shows that
+//! other thing, and is left alone; one behind a directory the caller cannot search is
+//! hidden with that directory. What shows another filesystem's files without being a mount of it (an
 //! overlay, a FUSE mirror, a copy or snapshot) is not recognised: see the README's limits.
 
 use std::ffi::OsStr;
@@ -305,8 +306,9 @@ fn read_mount_table() -> std::io::Result<Vec<u8>> {
 
 /// Looks the `hidden` paths (canonical, existing) up in this process's mount table.
 /// Fails, rather than leave a name visible, where the table cannot be read or does not
-/// list a hidden path's mount. A name that cannot be checked is kept: hiding something
-/// that is not there makes the call fail, never leak.
+/// list a hidden path's mount. A name that cannot be checked is kept (or, behind a
+/// directory the caller cannot search, that directory): hiding something that is not
+/// there makes the call fail, never leak.
 #[cfg(target_os = "linux")]
 pub fn find(hidden: &[PathBuf]) -> Result<Found, String> {
     if hidden.is_empty() {
