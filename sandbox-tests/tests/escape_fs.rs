@@ -1744,6 +1744,33 @@ fn escape_read_a_profile_denied_directory_that_holds_a_built_in_location(backend
     );
 }
 
+/// ~/.config is a link into the workspace (a dotfiles repository), and ~/.config/gh does
+/// not exist yet: the command could create it there, and `gh` would trust it. Refused, as
+/// for a credential location that exists.
+#[backends]
+fn escape_workspace_holding_a_credential_location_to_come_behind_a_link(backend: &str) {
+    let fx = Fixture::new();
+    let dotfiles = fx.outside("dotfiles");
+    std::fs::create_dir_all(dotfiles.join("config")).unwrap();
+    std::os::unix::fs::symlink(dotfiles.join("config"), fx.home(".config")).unwrap();
+    let ran = fx
+        .chitti(backend)
+        .workspace(&dotfiles)
+        .cwd(&dotfiles)
+        .sh("mkdir -p config/gh && echo 'git_protocol: planted' > config/gh/hosts.yml");
+    assert_eq!(ran.code, Some(125), "the call must be refused\n{ran}");
+    assert!(
+        ran.stderr_str()
+            .contains("overlaps the credential location"),
+        "the refusal must say why\n{ran}"
+    );
+    assert_absent(
+        &dotfiles.join("config/gh"),
+        "create a credential behind a link",
+        &ran,
+    );
+}
+
 #[backends]
 fn escape_read_credentials_via_symlink_created_at_runtime(backend: &str) {
     let fx = Fixture::new();

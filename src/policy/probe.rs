@@ -69,13 +69,35 @@ impl<'a> Prober<'a> {
             Err(blocked) => Found {
                 exists: false,
                 resolves: false,
-                resolved: match path.strip_prefix(self.home) {
-                    Ok(rest) => self.canonical_home.join(rest),
-                    Err(_) => super::canonical_or_lexical(path),
-                },
+                resolved: self.place(path),
                 blocked,
             },
         }
+    }
+
+    /// Where a missing `path` would be created: beneath its deepest existing directory,
+    /// with that directory's links followed (`~/.config` may lead into a dotfiles
+    /// repository, which a writable root must then not hold either).
+    fn place(&mut self, path: &Path) -> PathBuf {
+        let Ok(rest) = path.strip_prefix(self.home) else {
+            return super::canonical_or_lexical(path);
+        };
+        // Not in the home's listing: the home itself is the deepest directory.
+        let first = rest.components().next();
+        if let (Some(Component::Normal(first)), Some(entries)) = (first, self.home_entries()) {
+            if !entries.may_hold(first) {
+                return self.canonical_home.join(rest);
+            }
+        }
+        let mut dir = path.parent();
+        while let Some(d) = dir.filter(|d| *d != self.home && d.starts_with(self.home)) {
+            if let Some(resolved) = self.resolved_dir(d) {
+                let below = path.strip_prefix(d).unwrap_or(path);
+                return resolved.join(below);
+            }
+            dir = d.parent();
+        }
+        self.canonical_home.join(rest)
     }
 
     /// The canonical path of `path` if it resolves all the way (through its links), else
@@ -259,8 +281,12 @@ mod tests {
             assert_eq!(found.resolves, path.exists(), "{}", path.display());
             let expected = if exists {
                 canonicalize(path).unwrap_or_else(|_| path.clone())
-            } else if let Ok(rest) = path.strip_prefix(&home) {
-                real_home.join(rest)
+            } else if path.starts_with(&home) {
+                // Beneath its deepest existing directory, that directory's links followed.
+                let dir = path.ancestors().skip(1).find(|d| d.exists()).unwrap();
+                canonicalize(dir)
+                    .unwrap()
+                    .join(path.strip_prefix(dir).unwrap())
             } else {
                 super::super::canonical_or_lexical(path)
             };
