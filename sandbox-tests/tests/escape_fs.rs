@@ -1351,7 +1351,7 @@ fn escape_workspace_on_a_second_mount_of_a_credential_location(backend: &str) {
     assert_eq!(ran.code, Some(125), "the call must be refused\n{ran}");
     assert!(
         ran.stderr_str()
-            .contains("a second mount of the credential location"),
+            .contains("under another name (a second mount"),
         "the refusal must say why\n{ran}"
     );
     assert_absent(
