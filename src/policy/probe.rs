@@ -91,13 +91,34 @@ impl<'a> Prober<'a> {
         }
         let mut dir = path.parent();
         while let Some(d) = dir.filter(|d| *d != self.home && d.starts_with(self.home)) {
-            if let Some(resolved) = self.resolved_dir(d) {
+            if let Some(resolved) = self.existing_dir(d) {
                 let below = path.strip_prefix(d).unwrap_or(path);
                 return resolved.join(below);
             }
             dir = d.parent();
         }
         self.canonical_home.join(rest)
+    }
+
+    /// The canonical path of `dir` (under the home) if it exists: its parent's and its
+    /// name where it is not a link (one `lstat`, where `realpath` reads every ancestor
+    /// again), else where the link leads.
+    fn existing_dir(&mut self, dir: &Path) -> Option<PathBuf> {
+        if let Some(known) = self.parents.get(dir) {
+            return known.clone();
+        }
+        let resolved = match std::fs::symlink_metadata(dir) {
+            Err(_) => None,
+            Ok(meta) if meta.is_symlink() => canonicalize(dir).ok(),
+            Ok(_) => match (dir.parent(), dir.file_name()) {
+                (Some(parent), Some(name)) if parent.starts_with(self.home) => {
+                    self.existing_dir(parent).map(|p| p.join(name))
+                }
+                _ => canonicalize(dir).ok(),
+            },
+        };
+        self.parents.insert(dir.to_path_buf(), resolved.clone());
+        resolved
     }
 
     /// The canonical path of `path` if it resolves all the way (through its links), else
