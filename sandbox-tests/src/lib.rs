@@ -1529,6 +1529,17 @@ pub fn assert_unchanged(path: &Path, before: &Option<FileState>, technique: &str
 }
 
 /// ESCAPE if the decoy secret appears in the call's output.
+/// The probe ran to its end, read the non-secret `note` (reads work at all), and nothing
+/// of `secret` reached its output.
+pub fn assert_hidden(ran: &Ran, secret: &str, note: &str, technique: &str) {
+    ran.assert_probe_ran();
+    assert!(
+        ran.stdout_str().contains(note),
+        "control: the non-secret note must stay readable ({technique})\n{ran}"
+    );
+    assert_no_secret(secret, technique, ran);
+}
+
 pub fn assert_no_secret(secret: &str, technique: &str, ran: &Ran) {
     assert!(
         !ran.all().contains(secret),

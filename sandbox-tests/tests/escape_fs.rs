@@ -1318,15 +1318,11 @@ fn escape_read_credentials_through_a_second_mount(backend: &str) {
         &binds,
         false,
     );
-    ran.assert_probe_ran();
-    assert!(
-        ran.stdout_str().contains(&decoys.note),
-        "control: notes.txt through the second mount of the home must stay readable\n{ran}"
-    );
-    assert_no_secret(
-        &decoys.secret,
-        "read a credential through a second mount",
+    assert_hidden(
         &ran,
+        &decoys.secret,
+        &decoys.note,
+        "read a credential through a second mount",
     );
     let copies = files_containing(&fx.ws, &decoys.secret);
     assert!(
@@ -1384,15 +1380,11 @@ fn escape_read_credentials_through_a_second_mount_of_the_whole_disk(backend: &st
         &[(Path::new("/"), disk.as_path())],
         true,
     );
-    ran.assert_probe_ran();
-    assert!(
-        ran.stdout_str().contains(&decoys.note),
-        "control: notes.txt through the second mount of the disk must stay readable\n{ran}"
-    );
-    assert_no_secret(
-        &decoys.secret,
-        "read a credential through the disk mounted twice",
+    assert_hidden(
         &ran,
+        &decoys.secret,
+        &decoys.note,
+        "read a credential through the disk mounted twice",
     );
 }
 
@@ -1433,15 +1425,11 @@ fn escape_read_credentials_when_home_is_a_mount_of_a_visible_directory(backend: 
             &[(&top, &sys), (&homes, &sys_home)],
             false,
         );
-    ran.assert_probe_ran();
-    assert!(
-        ran.stdout_str().contains(&note),
-        "control: ~/notes.txt must stay readable\n{ran}"
-    );
-    assert_no_secret(
-        &secret,
-        "read a credential of a home on a second mount",
+    assert_hidden(
         &ran,
+        &secret,
+        &note,
+        "read a credential of a home on a second mount",
     );
 }
 
@@ -1467,12 +1455,12 @@ fn escape_read_the_source_of_a_mount_inside_a_credential_location(backend: &str)
         &[(&source, &target)],
         false,
     );
-    ran.assert_probe_ran();
-    assert!(
-        ran.stdout_str().contains(&decoys.note),
-        "control: a plain file beside the source must stay readable\n{ran}"
+    assert_hidden(
+        &ran,
+        &decoys.secret,
+        &decoys.note,
+        "read the source of a mount in ~/.ssh",
     );
-    assert_no_secret(&decoys.secret, "read the source of a mount in ~/.ssh", &ran);
 }
 
 /// ~/.config/gh is a mount of its own, and ~/.config is bound elsewhere without it: the
@@ -1528,12 +1516,12 @@ fn escape_read_credentials_below_a_directory_with_another_name(backend: &str) {
         &[(&gh, &config_gh), (&config, &config_again)],
         false,
     );
-    ran.assert_probe_ran();
-    assert!(
-        ran.stdout_str().contains(&note),
-        "control: a plain file under the second name must stay readable\n{ran}"
+    assert_hidden(
+        &ran,
+        &secret,
+        &note,
+        "read below a directory with another name",
     );
-    assert_no_secret(&secret, "read below a directory with another name", &ran);
 }
 
 /// The same bind mount made twice at one place (the second hides the first): the name
@@ -1561,12 +1549,12 @@ fn escape_read_credentials_through_a_second_mount_made_twice(backend: &str) {
         ],
         false,
     );
-    ran.assert_probe_ran();
-    assert!(
-        ran.stdout_str().contains(&decoys.note),
-        "control: notes.txt through the second mount must stay readable\n{ran}"
+    assert_hidden(
+        &ran,
+        &decoys.secret,
+        &decoys.note,
+        "read through a bind mount made twice",
     );
-    assert_no_secret(&decoys.secret, "read through a bind mount made twice", &ran);
 }
 
 /// A second name of ~/.ssh inside a directory its owner cannot search (mode 000): chitti
@@ -1590,15 +1578,11 @@ fn escape_read_credentials_through_a_second_mount_behind_a_locked_directory(back
         false,
     );
     set_mode(&locked, 0o755);
-    ran.assert_probe_ran();
-    assert!(
-        ran.stdout_str().contains(&decoys.note),
-        "control read failed\n{ran}"
-    );
-    assert_no_secret(
-        &decoys.secret,
-        "read a name behind a directory made searchable",
+    assert_hidden(
         &ran,
+        &decoys.secret,
+        &decoys.note,
+        "read a name behind a directory made searchable",
     );
 }
 
@@ -1625,15 +1609,11 @@ fn escape_read_credentials_through_a_second_mount_inside_a_mount_with_other_name
         &[(&source, &x), (&ssh, &x_keys), (&x, &y)],
         false,
     );
-    ran.assert_probe_ran();
-    assert!(
-        ran.stdout_str().contains(&decoys.note),
-        "control: a plain file under the other names must stay readable\n{ran}"
-    );
-    assert_no_secret(
-        &decoys.secret,
-        "read a name whose way has other names",
+    assert_hidden(
         &ran,
+        &decoys.secret,
+        &decoys.note,
+        "read a name whose way has other names",
     );
 }
 
@@ -1679,12 +1659,12 @@ fn escape_read_credentials_under_a_directory_closed_to_its_owner(backend: &str) 
          cat ~/notes.txt",
     ));
     set_mode(&config, 0o755);
-    ran.assert_probe_ran();
-    assert!(
-        ran.stdout_str().contains(&decoys.note),
-        "control read failed\n{ran}"
+    assert_hidden(
+        &ran,
+        &decoys.secret,
+        &decoys.note,
+        "open a closed directory again",
     );
-    assert_no_secret(&decoys.secret, "open a closed directory again", &ran);
 }
 
 /// ~/.ssh and ~/.config are links into a directory closed to its owner (mode 000):
@@ -1707,12 +1687,12 @@ fn escape_read_credentials_through_links_into_a_closed_directory(backend: &str) 
         v = sh_quote(&vault)
     )));
     set_mode(&vault, 0o755);
-    ran.assert_probe_ran();
-    assert!(
-        ran.stdout_str().contains(&note),
-        "control read failed\n{ran}"
+    assert_hidden(
+        &ran,
+        &secret,
+        &note,
+        "open a closed directory behind a link",
     );
-    assert_no_secret(&secret, "open a closed directory behind a link", &ran);
 }
 
 /// A profile's `deny_read` naming ~/.config, which holds a built-in location (~/.config/gh):
@@ -1732,15 +1712,11 @@ fn escape_read_a_profile_denied_directory_that_holds_a_built_in_location(backend
     let ran = fx.chitti(backend).profile(&profile).sh(&probe(
         "cat ~/.config/app/token; grep -r . ~/.config; cat ~/notes.txt",
     ));
-    ran.assert_probe_ran();
-    assert!(
-        ran.stdout_str().contains(&decoys.note),
-        "control read failed\n{ran}"
-    );
-    assert_no_secret(
-        &decoys.secret,
-        "read beside a built-in location in a denied directory",
+    assert_hidden(
         &ran,
+        &decoys.secret,
+        &decoys.note,
+        "read beside a built-in location in a denied directory",
     );
 }
 
