@@ -1747,6 +1747,62 @@ fn escape_workspace_holding_a_credential_location_to_come_behind_a_link(backend:
     );
 }
 
+/// ~/.config is a link into the workspace that leads nowhere yet: the command could make
+/// its target and plant ~/.config/gh/hosts.yml there. Refused before anything runs.
+#[backends]
+fn escape_workspace_where_a_dangling_link_to_credentials_leads(backend: &str) {
+    let fx = Fixture::new();
+    std::os::unix::fs::symlink(fx.ws("cfg"), fx.home(".config")).unwrap();
+    let ran = fx
+        .chitti(backend)
+        .sh("mkdir -p cfg/gh && echo 'git_protocol: planted' > cfg/gh/hosts.yml");
+    assert_eq!(ran.code, Some(125), "the call must be refused\n{ran}");
+    assert!(
+        ran.stderr_str()
+            .contains("not there yet; it would be created at"),
+        "the refusal must say why\n{ran}"
+    );
+    assert_absent(
+        &fx.ws("cfg"),
+        "plant a credential through a dangling link",
+        &ran,
+    );
+}
+
+/// ~/.ssh leads through a link inside the workspace (a dotfiles repository whose `ssh`
+/// links to keys kept out of it): the command could point that link at a directory of its
+/// own, with a `config` whose ProxyCommand `ssh` would run. Refused before anything runs.
+#[backends]
+fn escape_workspace_holding_a_link_on_the_way_to_credentials(backend: &str) {
+    let fx = Fixture::new();
+    let (dotfiles, private) = (fx.outside("dotfiles"), fx.outside("private"));
+    let secret = marker("SECRET");
+    write(&private.join("ssh/id_ed25519"), format!("{secret}\n"));
+    std::fs::create_dir_all(&dotfiles).unwrap();
+    std::os::unix::fs::symlink("../private/ssh", dotfiles.join("ssh")).unwrap();
+    std::os::unix::fs::symlink(dotfiles.join("ssh"), fx.home(".ssh")).unwrap();
+    let ran = fx.chitti(backend).workspace(&dotfiles).cwd(&dotfiles).sh(
+        "rm ssh && mkdir evil && printf 'Host *\\n  ProxyCommand true\\n' > evil/config && ln -s evil ssh",
+    );
+    assert_eq!(ran.code, Some(125), "the call must be refused\n{ran}");
+    assert!(
+        ran.stderr_str()
+            .contains("a link on the way to the credential location"),
+        "the refusal must say why\n{ran}"
+    );
+    assert_absent(
+        &dotfiles.join("evil"),
+        "redirect a link on the way to ~/.ssh",
+        &ran,
+    );
+    assert_eq!(
+        std::fs::read_link(dotfiles.join("ssh")).unwrap(),
+        Path::new("../private/ssh"),
+        "the link was replaced\n{ran}"
+    );
+    assert_no_secret(&secret, "read the keys behind the link", &ran);
+}
+
 #[backends]
 fn escape_read_credentials_via_symlink_created_at_runtime(backend: &str) {
     let fx = Fixture::new();

@@ -227,35 +227,62 @@ impl CredentialSearch {
         let mut locations = Vec::with_capacity(deny_candidates.len());
         for (index, path) in deny_candidates.into_iter().enumerate() {
             // What to hide (if anything exists there), and what the user knows it as.
+            // What to hide (if anything exists there), and how the user would know it.
             let (exists, resolved, named) = if (root_only..from_profile).contains(&index) {
-                (true, path.clone(), path)
+                (true, path.clone(), None)
             } else {
                 let found = prober.probe(&path);
-                // Where it cannot be looked at all the way (a directory on its way, or on
-                // its link's way, is closed to the caller), the command could open that
-                // directory again (a chmod of one it owns: Landlock does not govern
-                // modes): that directory is hidden instead, whole.
-                let closed = (found.blocked || (found.exists && !found.resolves))
-                    .then(|| closed_directory_on_the_way(&path))
-                    .flatten();
-                match closed {
-                    Some(closed) => (true, closed, found.resolved),
-                    // A link that leads nowhere hides nothing (and a mount over it would
-                    // follow it and fail).
-                    None if found.exists && !found.resolves => {
-                        (false, found.resolved.clone(), found.resolved)
+                if found.blocked || (found.exists && !found.resolves) || found.through_link {
+                    // Followed as the kernel would, one name at a time: a directory closed
+                    // to the caller on the way (which the command could open again, with
+                    // a chmod of one it owns: Landlock does not govern modes) is hidden
+                    // instead, whole; where it ends missing is where it would be created;
+                    // and no link on the way may lie where the command could replace it.
+                    let walked = walk(&path);
+                    if let Some((root, link)) = walked.links.iter().find_map(|link| {
+                        writable
+                            .iter()
+                            .find(|r| lies_within(link, r))
+                            .map(|r| (r, link))
+                    }) {
+                        return Err(PolicyError::Workspace(format!(
+                            "writable root {} holds {}, a link on the way to the credential \
+                             location {}: the command could point it elsewhere.\n\
+                             Choose a workspace that does not hold it.",
+                            root.display(),
+                            link.display(),
+                            path.display()
+                        )));
                     }
-                    None => (found.exists, found.resolved.clone(), found.resolved),
+                    let named = |how: &str| Some(format!("{} ({how})", path.display()));
+                    match walked.end {
+                        WalkEnd::Closed(closed) => {
+                            let how = format!(
+                                "hidden as {}, a directory on its way that chitti cannot \
+                                 look into",
+                                closed.display()
+                            );
+                            (true, closed, named(&how))
+                        }
+                        WalkEnd::Missing(at) => {
+                            let how =
+                                format!("not there yet; it would be created at {}", at.display());
+                            (false, at, named(&how))
+                        }
+                        WalkEnd::Found(at) => {
+                            let how = format!("which leads to {}", at.display());
+                            (found.exists, at, named(&how))
+                        }
+                    }
+                } else {
+                    (found.exists, found.resolved, None)
                 }
             };
             locations.push(resolved.clone());
-            let as_named = || match named == resolved {
-                true => resolved.display().to_string(),
-                false => format!(
-                    "{} (hidden as {}, a directory on its way that chitti cannot look into)",
-                    named.display(),
-                    resolved.display()
-                ),
+            let as_named = || {
+                named
+                    .clone()
+                    .unwrap_or_else(|| resolved.display().to_string())
             };
             // A writable root inside a credential location, or containing one, would make
             // it readable (and writable) on backends that cannot mask beneath a grant.
@@ -335,10 +362,27 @@ impl CredentialSearch {
     }
 }
 
-/// The directory closed to the caller (it can be looked at, not into) where resolving
-/// `path` stops, following its links one at a time as the kernel would; `None` if the
-/// resolution ends otherwise (all the way, or at something missing).
-fn closed_directory_on_the_way(path: &Path) -> Option<PathBuf> {
+/// Where following a path name by name, as the kernel does, ends.
+#[derive(Debug, PartialEq, Eq)]
+enum WalkEnd {
+    /// At what it names, resolved.
+    Found(PathBuf),
+    /// At a missing name: where it would be created.
+    Missing(PathBuf),
+    /// At a directory that can be looked at, not into.
+    Closed(PathBuf),
+}
+
+#[derive(Debug)]
+struct Walk {
+    end: WalkEnd,
+    /// Every link followed, by the path it was met at.
+    links: Vec<PathBuf>,
+}
+
+/// Follows `path` from `/`, its links one at a time (at most 40, then it stops as if at a
+/// missing name).
+fn walk(path: &Path) -> Walk {
     use std::collections::VecDeque;
     use std::path::Component;
     let mut at = PathBuf::from("/");
@@ -353,7 +397,7 @@ fn closed_directory_on_the_way(path: &Path) -> Option<PathBuf> {
         }
     };
     push_front(&mut ahead, path);
-    let mut links = 0;
+    let mut links = Vec::new();
     while let Some(name) = ahead.pop_front() {
         if name == ".." {
             at.pop();
@@ -362,19 +406,44 @@ fn closed_directory_on_the_way(path: &Path) -> Option<PathBuf> {
         let next = at.join(&name);
         match std::fs::symlink_metadata(&next) {
             Ok(meta) if meta.is_symlink() => {
-                links += 1;
-                let target = std::fs::read_link(&next).ok().filter(|_| links <= 40)?;
+                let target = std::fs::read_link(&next).ok().filter(|_| links.len() < 40);
+                links.push(next.clone());
+                let Some(target) = target else {
+                    ahead.push_front(name);
+                    break;
+                };
                 if target.is_absolute() {
                     at = PathBuf::from("/");
                 }
                 push_front(&mut ahead, &target);
             }
             Ok(_) => at = next,
-            Err(e) if e.raw_os_error() == Some(libc::EACCES) => return Some(at),
-            Err(_) => return None,
+            Err(e) if e.raw_os_error() == Some(libc::EACCES) => {
+                return Walk {
+                    end: WalkEnd::Closed(at),
+                    links,
+                }
+            }
+            Err(_) => {
+                ahead.push_front(name);
+                break;
+            }
         }
     }
-    None
+    if ahead.is_empty() {
+        return Walk {
+            end: WalkEnd::Found(at),
+            links,
+        };
+    }
+    let missing = ahead.iter().fold(at, |at, name| match name.to_str() {
+        Some("..") => at.parent().map(Path::to_path_buf).unwrap_or(at),
+        _ => at.join(name),
+    });
+    Walk {
+        end: WalkEnd::Missing(missing),
+        links,
+    }
 }
 
 /// `paths` without those inside another of them.

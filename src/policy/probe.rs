@@ -38,6 +38,9 @@ pub struct Found {
     /// Whether it could not be looked at, a directory on its way being closed to the
     /// caller (EACCES): whether it exists is then unknown.
     pub blocked: bool,
+    /// Whether a link (below the home, for a candidate under it) lies on its way: where it
+    /// leads, and who may change the link, are then worth a closer look.
+    pub through_link: bool,
 }
 
 pub struct Prober<'a> {
@@ -49,6 +52,8 @@ pub struct Prober<'a> {
     home_entries: Option<Option<HomeListing>>,
     /// Directories already resolved, and what they resolved to.
     parents: HashMap<PathBuf, Option<PathBuf>>,
+    /// Directories on the way to missing candidates found to be links.
+    links: std::collections::HashSet<PathBuf>,
 }
 
 impl<'a> Prober<'a> {
@@ -60,44 +65,65 @@ impl<'a> Prober<'a> {
             canonical_home,
             home_entries: None,
             parents,
+            links: Default::default(),
         }
     }
 
     pub fn probe(&mut self, path: &Path) -> Found {
         match self.look(path) {
             Ok(found) => found,
-            Err(blocked) => Found {
-                exists: false,
-                resolves: false,
-                resolved: self.place(path),
-                blocked,
-            },
+            Err(blocked) => {
+                let (resolved, through_link) = self.place(path);
+                Found {
+                    exists: false,
+                    resolves: false,
+                    resolved,
+                    blocked,
+                    through_link,
+                }
+            }
+        }
+    }
+
+    /// `path` as named, beneath the canonical home.
+    fn lexical(&self, path: &Path) -> PathBuf {
+        match path.strip_prefix(self.home) {
+            Ok(rest) => self.canonical_home.join(rest),
+            Err(_) => path.to_path_buf(),
         }
     }
 
     /// Where a missing `path` would be created: beneath its deepest existing directory,
     /// with that directory's links followed (`~/.config` may lead into a dotfiles
     /// repository, which a writable root must then not hold either).
-    fn place(&mut self, path: &Path) -> PathBuf {
+    /// Also whether a link lies on the way (one that leads nowhere included).
+    fn place(&mut self, path: &Path) -> (PathBuf, bool) {
         let Ok(rest) = path.strip_prefix(self.home) else {
-            return super::canonical_or_lexical(path);
+            let placed = super::canonical_or_lexical(path);
+            let through_link = placed != path;
+            return (placed, through_link);
         };
         // Not in the home's listing: the home itself is the deepest directory.
         let first = rest.components().next();
         if let (Some(Component::Normal(first)), Some(entries)) = (first, self.home_entries()) {
             if !entries.may_hold(first) {
-                return self.canonical_home.join(rest);
+                return (self.canonical_home.join(rest), false);
             }
         }
         let mut dir = path.parent();
+        let mut through_link = false;
         while let Some(d) = dir.filter(|d| *d != self.home && d.starts_with(self.home)) {
-            if let Some(resolved) = self.existing_dir(d) {
+            let resolved = self.existing_dir(d);
+            through_link |= self.links.contains(d);
+            if let Some(resolved) = resolved {
                 let below = path.strip_prefix(d).unwrap_or(path);
-                return resolved.join(below);
+                let placed = resolved.join(below);
+                through_link |= placed != self.lexical(path);
+                return (placed, through_link);
             }
             dir = d.parent();
         }
-        self.canonical_home.join(rest)
+        (self.canonical_home.join(rest), through_link)
     }
 
     /// The canonical path of `dir` (under the home) if it exists: its parent's and its
@@ -109,7 +135,10 @@ impl<'a> Prober<'a> {
         }
         let resolved = match std::fs::symlink_metadata(dir) {
             Err(_) => None,
-            Ok(meta) if meta.is_symlink() => canonicalize(dir).ok(),
+            Ok(meta) if meta.is_symlink() => {
+                self.links.insert(dir.to_path_buf());
+                canonicalize(dir).ok()
+            }
             Ok(_) => match (dir.parent(), dir.file_name()) {
                 (Some(parent), Some(name)) if parent.starts_with(self.home) => {
                     self.existing_dir(parent).map(|p| p.join(name))
@@ -150,10 +179,13 @@ impl<'a> Prober<'a> {
             _ => None,
         }
         .or_else(|| canonicalize(path).ok());
+        let resolves = resolved.is_some();
+        let resolved = resolved.unwrap_or_else(|| path.to_path_buf());
         Ok(Found {
             exists: true,
-            resolves: resolved.is_some(),
-            resolved: resolved.unwrap_or_else(|| path.to_path_buf()),
+            resolves,
+            through_link: resolved != self.lexical(path),
+            resolved,
             blocked: false,
         })
     }
