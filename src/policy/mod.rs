@@ -226,7 +226,6 @@ impl CredentialSearch {
         // Every location, there or not yet, for the writable roots' check by inode below.
         let mut locations = Vec::with_capacity(deny_candidates.len());
         for (index, path) in deny_candidates.into_iter().enumerate() {
-            // What to hide (if anything exists there), and what the user knows it as.
             // What to hide (if anything exists there), and how the user would know it.
             let (exists, resolved, named) = if (root_only..from_profile).contains(&index) {
                 (true, path.clone(), None)
@@ -312,10 +311,6 @@ impl CredentialSearch {
                 push_unique(&mut deny_read, resolved);
             }
         }
-        // What lies inside another hidden path is hidden with it; kept apart, it would
-        // make Landlock's plan list the outer one (as a directory on its way) and grant
-        // the rest of it.
-        let mut deny_read = outermost(deny_read);
         // The same locations under other names: the filesystem, or a directory of it,
         // mounted a second time (masks and Landlock's rules act on names).
         let found = mount_aliases::find(&deny_read).map_err(PolicyError::Path)?;
@@ -339,6 +334,10 @@ impl CredentialSearch {
             }
             push_unique(&mut deny_read, alias);
         }
+        // What lies inside another hidden path (or name) is hidden with it; kept apart, it
+        // would make Landlock's plan list the outer one (as a directory on its way) and
+        // grant the rest of it, and bwrap could not mount a mask inside a mask.
+        let deny_read = outermost(deny_read);
         if found.table_shared {
             // A writable root may then be a directory on the way to a location, or lie in
             // one, under a name that compares with none of theirs; so may one of a
@@ -839,6 +838,30 @@ mod tests {
             state: home.join(".local/state/chitti"),
             user_home: None,
         }
+    }
+
+    #[test]
+    fn paths_inside_another_are_dropped() {
+        let paths = [
+            "/root/.ssh",
+            "/root/.aws",
+            "/mnt/disk/root/.ssh",
+            "/mnt/disk/root/.ssh/inner",
+            "/root/.ssh/loop/root/.aws",
+            "/mnt/disk2",
+            "/mnt/disk2-not-inside",
+        ]
+        .map(PathBuf::from)
+        .to_vec();
+        let kept = outermost(paths);
+        let expected = [
+            "/root/.ssh",
+            "/root/.aws",
+            "/mnt/disk/root/.ssh",
+            "/mnt/disk2",
+            "/mnt/disk2-not-inside",
+        ];
+        assert_eq!(kept, expected.map(PathBuf::from));
     }
 
     #[test]

@@ -232,8 +232,8 @@ pub fn analyse(mounts: &[Mount], hidden: &[(PathBuf, u64)]) -> Result<Analysis, 
 /// What the mount table says about the hidden paths, on this machine now.
 #[derive(Debug, Default)]
 pub struct Found {
-    /// Other names of the hidden paths, each with the hidden path it names, none inside
-    /// a hidden path or another name (hiding that hides them).
+    /// Other names of the hidden paths, each with the hidden path it names (some may lie
+    /// inside a hidden path or another name: hiding that hides them).
     pub names: Vec<(PathBuf, PathBuf)>,
     /// As [`Analysis::ancestors_shared`].
     pub ancestors_shared: bool,
@@ -345,7 +345,7 @@ pub fn find(hidden: &[PathBuf]) -> Result<Found, String> {
         }
     }
     Ok(Found {
-        names: outermost(hidden, names),
+        names,
         ancestors_shared: analysis.ancestors_shared,
         table_shared: true,
     })
@@ -390,23 +390,6 @@ fn check(name: &Path, target: &Path) -> Checked {
 #[cfg(not(target_os = "linux"))]
 pub fn find(_hidden: &[PathBuf]) -> Result<Found, String> {
     Ok(Found::default())
-}
-
-/// `names` without those inside a hidden path or inside another name: hiding the outer
-/// one hides them, and a mask cannot be mounted inside another (it is read-only).
-fn outermost<T: Clone>(hidden: &[PathBuf], names: Vec<(PathBuf, T)>) -> Vec<(PathBuf, T)> {
-    let covered = |name: &PathBuf| {
-        hidden
-            .iter()
-            .chain(
-                names
-                    .iter()
-                    .map(|(other, _)| other)
-                    .filter(|other| *other != name),
-            )
-            .any(|outer| name.starts_with(outer))
-    };
-    names.iter().filter(|(n, _)| !covered(n)).cloned().collect()
 }
 
 #[cfg(test)]
@@ -609,26 +592,5 @@ mod tests {
             "{err}"
         );
         assert!(analyse(&mounts, &[(PathBuf::from("/elsewhere"), 2)]).is_err());
-    }
-
-    #[test]
-    fn names_inside_a_hidden_path_or_another_name_are_dropped() {
-        let hidden = [PathBuf::from("/root/.ssh"), PathBuf::from("/root/.aws")];
-        let names = [
-            "/mnt/disk/root/.ssh",
-            "/mnt/disk/root/.ssh/inner",
-            "/root/.ssh/loop/root/.aws",
-            "/mnt/disk2",
-        ]
-        .map(|n| (PathBuf::from(n), ()))
-        .to_vec();
-        let kept: Vec<PathBuf> = outermost(&hidden, names)
-            .into_iter()
-            .map(|(n, _)| n)
-            .collect();
-        assert_eq!(
-            kept,
-            ["/mnt/disk/root/.ssh", "/mnt/disk2"].map(PathBuf::from)
-        );
     }
 }
