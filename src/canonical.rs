@@ -12,6 +12,16 @@
 use std::io;
 use std::path::{Path, PathBuf};
 
+/// The device and inode `path` names, without following a final link: what Landlock's
+/// rules attach to, the same whatever name (or mount) reaches it.
+#[cfg(unix)]
+pub fn identity(path: &Path) -> Option<(u64, u64)> {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::symlink_metadata(path)
+        .ok()
+        .map(|m| (m.dev(), m.ino()))
+}
+
 /// The absolute path with every symbolic link, `.` and `..` resolved, like
 /// [`std::fs::canonicalize`].
 #[cfg(unix)]

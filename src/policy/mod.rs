@@ -467,16 +467,13 @@ fn overlap_by_inode<'a>(
     locations: &'a [PathBuf],
 ) -> Option<(&'a PathBuf, &'a PathBuf)> {
     use std::collections::HashMap;
-    use std::os::unix::fs::MetadataExt;
     // The locations share most of their ancestors (/, /home, the home): each is looked
     // at once.
     let mut known: HashMap<&Path, Option<(u64, u64)>> = HashMap::new();
     let mut identity = |path: &'a Path| {
-        *known.entry(path).or_insert_with(|| {
-            std::fs::symlink_metadata(path)
-                .ok()
-                .map(|m| (m.dev(), m.ino()))
-        })
+        *known
+            .entry(path)
+            .or_insert_with(|| crate::canonical::identity(path))
     };
     type Identity = (u64, u64);
     // Each root, what it leads to, and what it passes through on its way.

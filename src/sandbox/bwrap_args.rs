@@ -32,6 +32,10 @@ fn kind_of(path: &Path) -> PathKind {
     }
 }
 
+/// The directories the sandbox gets fresh (`--dev`, `--proc`, `--tmpfs`) instead of the
+/// host's: what the host has there is not in the sandbox, unless bound back.
+pub const FRESH_DIRS: [&str; 4] = ["/tmp", "/run", "/dev", "/proc"];
+
 pub fn args(policy: &Policy, call: &CallArgs, command: &[OsString]) -> Vec<OsString> {
     args_with(policy, call, command, kind_of)
 }
@@ -116,10 +120,9 @@ pub fn args_with(
     }
     // What lies in the fresh directories is not the host's, unless bound back above
     // (and a mask could not be mounted there: they are read-only).
-    let fresh = ["/tmp", "/run", "/dev", "/proc"].map(Path::new);
     let resolve = Path::new("/run/systemd/resolve");
     let shown = |path: &Path| {
-        !fresh.iter().any(|dir| path.starts_with(dir))
+        !FRESH_DIRS.iter().any(|dir| path.starts_with(dir))
             || path.starts_with(workspace)
             || policy.writable.iter().any(|root| path.starts_with(root))
             || (policy.network && path.starts_with(resolve))

@@ -12,6 +12,7 @@
 use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
 
+use crate::canonical::identity;
 use crate::dir_entries::{for_each_entry, EntryKind};
 
 /// The only device nodes granted: they reach nothing outside the process. Everything
@@ -93,13 +94,6 @@ impl OnTheWay {
         }
         way
     }
-}
-
-fn identity(path: &Path) -> Option<(u64, u64)> {
-    use std::os::unix::fs::MetadataExt;
-    std::fs::symlink_metadata(path)
-        .ok()
-        .map(|m| (m.dev(), m.ino()))
 }
 
 /// Plans the rules, listing only the ancestors of denied paths (a few directories). With

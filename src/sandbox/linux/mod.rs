@@ -189,7 +189,7 @@ fn plan_rules(
 
 /// Paths bwrap mounts over: a command there is not what the sandbox would run.
 fn hidden_in_bwrap(path: &Path, policy: &Policy) -> bool {
-    let replaced = ["/tmp", "/run", "/dev", "/proc"];
+    let replaced = super::bwrap_args::FRESH_DIRS;
     replaced.iter().any(|r| path.starts_with(r))
         && !policy.writable.iter().any(|w| path.starts_with(w))
 }
