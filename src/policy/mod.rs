@@ -122,8 +122,9 @@ pub struct Overrides {
 }
 
 /// What a policy is resolved from. Long-lived sessions (`chat`, `mcp`) keep it and
-/// resolve the policy again for every call (about 50 µs), so that a credential directory
-/// or a repository that appears mid-session is covered like one that existed at start.
+/// resolve the policy again for every call (0.15-0.3 ms here, nearly all of it the
+/// credential search), so that a credential directory or a repository that appears
+/// mid-session is covered like one that existed at start.
 #[derive(Debug, Clone)]
 pub struct PolicySource {
     pub profile: Profile,
