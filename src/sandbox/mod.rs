@@ -369,6 +369,52 @@ pub fn credentials_can_wait(backend: Backend) -> bool {
     }
 }
 
+/// Whether a long-lived session's call on `backend` may leave the credential search
+/// until after the fork ([`prepare_in_session_finding_credentials_later`]).
+pub fn session_credentials_can_wait(backend: Backend) -> bool {
+    #[cfg(target_os = "linux")]
+    return backend == Backend::Landlock && linux::session_credentials_can_wait();
+    #[cfg(not(target_os = "linux"))]
+    {
+        let _ = backend;
+        false
+    }
+}
+
+/// [`prepare_in_session`] for a policy that still lacks its credential locations (from
+/// `PolicySource::resolve_without_credentials`), where [`session_credentials_can_wait`]:
+/// a Landlock call started by root runs the search after the supervisor's fork, while the
+/// command starts, on a thread of its own that masks what it finds in a mount namespace
+/// the command joins (`linux::prepare_in_session_finding_credentials_later`). Policy
+/// errors the search finds then end the call before the command runs anything.
+pub fn prepare_in_session_finding_credentials_later(
+    backend: Backend,
+    policy: &Policy,
+    credentials: CredentialSearch,
+    command: &[OsString],
+    cwd: &Path,
+    session: &SessionCache,
+) -> Result<Prepared, SandboxError> {
+    require_command(command)?;
+    #[cfg(target_os = "linux")]
+    if session_credentials_can_wait(backend) {
+        return linux::prepare_in_session_finding_credentials_later(
+            policy,
+            credentials,
+            command,
+            cwd,
+            session,
+        );
+    }
+    let mut policy = policy.clone();
+    policy.hide(
+        credentials
+            .run()
+            .map_err(|e| SandboxError::Unavailable(e.to_string()))?,
+    );
+    prepare_in(backend, &policy, command, cwd, Some(session))
+}
+
 /// [`prepare`] for a call of a long-lived session, which may reuse what `session` kept.
 pub fn prepare_in_session(
     backend: Backend,

@@ -101,8 +101,12 @@ pub async fn run(toolbox: &Toolbox, args: Args, cancel: impl Future<Output = ()>
         // and hearing cancellations meanwhile. A call cancelled then never starts (what
         // was prepared is undone when it is dropped).
         let (policy, session) = (Arc::clone(&toolbox.policy), Arc::clone(&toolbox.session));
-        let preparing = tokio::task::spawn_blocking(move || {
-            sandbox::prepare_in_session(backend, &policy, &command, &cwd, &session)
+        let credentials_later = toolbox.credentials_later.clone();
+        let preparing = tokio::task::spawn_blocking(move || match credentials_later {
+            Some(search) => sandbox::prepare_in_session_finding_credentials_later(
+                backend, &policy, search, &command, &cwd, &session,
+            ),
+            None => sandbox::prepare_in_session(backend, &policy, &command, &cwd, &session),
         });
         let prepared = tokio::select! {
             prepared = preparing => prepared.map_err(|e| {

@@ -237,6 +237,10 @@ pub struct Toolbox {
     source: Option<Arc<PolicySource>>,
     /// What the session's calls reuse from one another (the Landlock ruleset).
     session: Arc<crate::sandbox::SessionCache>,
+    /// For one `execute_bash` call of a session: the credential search its sandbox runs
+    /// after the fork, `policy` lacking the credential locations until then (see
+    /// [`Toolbox::for_a_command`]).
+    credentials_later: Option<crate::policy::CredentialSearch>,
 }
 
 impl Toolbox {
@@ -248,6 +252,7 @@ impl Toolbox {
             allow_sandbox_false: false,
             source: None,
             session: Arc::default(),
+            credentials_later: None,
         }
     }
 
@@ -266,14 +271,37 @@ impl Toolbox {
         let Some(source) = &self.source else {
             return Ok(self.clone());
         };
-        let policy = source.resolve().map_err(|e| {
-            ToolResult::error(format!(
-                "the sandbox policy cannot be resolved for this call, so nothing ran: {e}"
-            ))
-        })?;
+        let policy = source.resolve().map_err(|e| unresolved(&e))?;
         Ok(Toolbox {
             policy: Arc::new(policy),
             source: None,
+            ..self.clone()
+        })
+    }
+
+    /// [`Toolbox::for_this_call`] for an `execute_bash` call. Where the sandbox can look
+    /// for the credential locations after its fork (a Landlock call of a session run by
+    /// root, `sandbox::session_credentials_can_wait`), the search is left to it: it then
+    /// overlaps the command's start instead of preceding it (some 0.2-0.3 ms of each
+    /// call). Not for a call given a working directory, which is checked against the
+    /// credential locations first.
+    fn for_a_command(&self, args: &execute_bash::Args) -> Result<Toolbox, ToolResult> {
+        let Some(source) = &self.source else {
+            return Ok(self.clone());
+        };
+        let later = args.working_directory.is_none()
+            && args.sandbox != Some(false)
+            && crate::sandbox::session_credentials_can_wait(self.backend);
+        if !later {
+            return self.for_this_call();
+        }
+        let (policy, search) = source
+            .resolve_without_credentials()
+            .map_err(|e| unresolved(&e))?;
+        Ok(Toolbox {
+            policy: Arc::new(policy),
+            source: None,
+            credentials_later: Some(search),
             ..self.clone()
         })
     }
@@ -318,13 +346,21 @@ impl Toolbox {
                 known.join(", ")
             ));
         };
-        let toolbox = match self.for_this_call() {
+        // A command's toolbox depends on its arguments (see `for_a_command`).
+        let toolbox = match tool {
+            Tool::ExecuteBash => Ok(self.clone()),
+            _ => self.for_this_call(),
+        };
+        let toolbox = match toolbox {
             Ok(toolbox) => toolbox,
             Err(e) => return e,
         };
         match tool {
             Tool::ExecuteBash => match parse_args::<execute_bash::ExecuteBash>(args) {
-                Ok(args) => execute_bash::run(&toolbox, args, cancel).await,
+                Ok(args) => match toolbox.for_a_command(&args) {
+                    Ok(toolbox) => execute_bash::run(&toolbox, args, cancel).await,
+                    Err(e) => e,
+                },
                 Err(e) => e,
             },
             Tool::ReadFile => toolbox.file_tool::<read_file::ReadFile>(args).await,
@@ -351,6 +387,13 @@ impl Toolbox {
         .await
         .unwrap_or_else(|e| ToolResult::error(format!("{} failed: {e}", T::NAME)))
     }
+}
+
+/// The error of a call whose policy cannot be resolved.
+fn unresolved(e: &crate::policy::PolicyError) -> ToolResult {
+    ToolResult::error(format!(
+        "the sandbox policy cannot be resolved for this call, so nothing ran: {e}"
+    ))
 }
 
 /// Turns raw arguments into `T::Args`, or an error result naming the argument at fault.
@@ -586,6 +629,84 @@ mod tests {
             "{}",
             r.text
         );
+    }
+
+    /// As root on landlock, a session's command leaves the credential search to a thread
+    /// started for the call, which masks what it finds in a mount namespace of its own
+    /// after the fork (`for_a_command`). The masks must be in place in the command's
+    /// namespace, and no thread of this process may be left in that namespace.
+    #[cfg(target_os = "linux")]
+    #[tokio::test]
+    async fn a_session_call_searching_after_the_fork_masks_and_leaves_no_thread_behind() {
+        if !crate::sandbox::session_credentials_can_wait(Backend::Landlock) {
+            eprintln!(
+                "SKIP: the search after the fork needs root, mounts and pidfds of threads \
+                 (Linux 6.9)"
+            );
+            return;
+        }
+        let fx = Fixture::new();
+        let session = Toolbox::resolving_each_call(
+            (*fx.policy).clone(),
+            fx.source.clone(),
+            Backend::Landlock,
+        );
+        let ours = std::fs::read_link("/proc/self/ns/mnt").unwrap();
+        let command = "readlink /proc/self/ns/mnt; cat ~/.ssh/id_ed25519 /etc/shadow; echo ran";
+        for _ in 0..3 {
+            let r = session
+                .call("execute_bash", json!({ "command": command }))
+                .await;
+            assert!(r.text.contains("ran"), "{}", r.text);
+            assert!(
+                !r.text.contains("PRIVATE KEY") && !r.text.contains("root:"),
+                "a credential was readable: {}",
+                r.text
+            );
+            assert!(
+                !r.text.contains(&*ours.to_string_lossy()),
+                "the command ran in this process's mount namespace: {}",
+                r.text
+            );
+            for task in std::fs::read_dir("/proc/self/task").unwrap() {
+                // A thread may end meanwhile.
+                if let Ok(ns) = std::fs::read_link(task.unwrap().path().join("ns/mnt")) {
+                    assert_eq!(ns, ours, "a thread was left in another mount namespace");
+                }
+            }
+        }
+    }
+
+    /// A credential location that comes to lie in the workspace mid-session (a link
+    /// ~/.gnupg into it) ends the next call before its command runs anything, also where
+    /// the search runs after the fork.
+    #[cfg(target_os = "linux")]
+    #[tokio::test]
+    async fn a_session_call_fails_closed_when_the_workspace_comes_to_hold_credentials() {
+        if let Some(why) = crate::sandbox::Capabilities::get().landlock_blocker() {
+            eprintln!("SKIP: {why}");
+            return;
+        }
+        let fx = Fixture::new();
+        let session = Toolbox::resolving_each_call(
+            (*fx.policy).clone(),
+            fx.source.clone(),
+            Backend::Landlock,
+        );
+        let marker = fx.ws.join("ran-marker");
+        let touch = json!({ "command": format!("touch {}", marker.display()) });
+        let r = session.call("execute_bash", touch.clone()).await;
+        assert!(
+            r.ok && marker.exists(),
+            "the control did not run: {}",
+            r.text
+        );
+        std::fs::remove_file(&marker).unwrap();
+        std::fs::create_dir(fx.ws.join("keys")).unwrap();
+        std::os::unix::fs::symlink(fx.ws.join("keys"), fx.home.join(".gnupg")).unwrap();
+        let r = session.call("execute_bash", touch).await;
+        assert!(!marker.exists(), "the command ran: {}", r.text);
+        assert!(!r.ok && r.text.contains(".gnupg"), "{}", r.text);
     }
 
     /// The landlock supervisor is a fork of chitti, and it allocates (its report, the

@@ -212,8 +212,9 @@ impl Masks {
     ///
     /// # Safety
     /// Changes the calling thread's mount namespace: call it only in the command's
-    /// process, before exec, or in a chitti with a single thread that exits after the
-    /// call and whose command joins that namespace (`supervisor::spawn`).
+    /// process, before exec, in a chitti with a single thread that exits after the call,
+    /// or on a thread of chitti's that ends once the call has started; the command joins
+    /// that namespace (`supervisor::spawn`).
     pub unsafe fn enter() -> Result<(), (&'static [u8], i32)> {
         // nix's calls take `&CStr` as it is: nothing is allocated here.
         let step = |what: &'static [u8]| move |e: Errno| (what, e as i32);

@@ -201,6 +201,38 @@ pub fn credentials_can_wait() -> bool {
     masks::available() && supervisor::single_threaded()
 }
 
+/// Whether a session's Landlock call may leave the credential search until after the
+/// supervisor's fork ([`prepare_in_session_finding_credentials_later`]): where chitti may
+/// mount (root), on a thread of its own.
+pub fn session_credentials_can_wait() -> bool {
+    masks::available() && supervisor::threads_can_make_masks()
+}
+
+/// [`prepare_finding_credentials_later`] for a call of a long-lived session (which has
+/// threads): a thread started for the call finds the credential locations after the fork
+/// and masks them in a namespace of its own, which the command joins.
+pub fn prepare_in_session_finding_credentials_later(
+    policy: &Policy,
+    credentials: CredentialSearch,
+    command: &[OsString],
+    cwd: &Path,
+    session: &super::SessionCache,
+) -> Result<Prepared, SandboxError> {
+    let mut prepared = prepare_supervised(
+        Backend::Landlock,
+        policy,
+        Some(credentials),
+        command,
+        cwd,
+        Some(session),
+    )?;
+    if let Launch::Supervised(spec) = &mut prepared.launch {
+        spec.masks_in_chitti = true;
+        spec.masks_on_own_thread = true;
+    }
+    Ok(prepared)
+}
+
 /// A one-shot Landlock call whose policy still lacks its credential locations: chitti
 /// finds them after forking the supervisor, and masks them in the namespace the command
 /// joins (`supervisor::spawn`). Only where [`credentials_can_wait`].

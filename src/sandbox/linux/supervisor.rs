@@ -23,7 +23,7 @@
 //! needs it on the success path).
 
 use std::ffi::{CString, OsString};
-use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd, RawFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 
@@ -91,6 +91,10 @@ pub struct LaunchSpec {
     /// for the command to join (see [`spawn`]). Only for a chitti that has a single thread
     /// and exits after the call (`sandbox exec`): it moves into that namespace for good.
     pub masks_in_chitti: bool,
+    /// With `masks_in_chitti`, for a chitti that has other threads and goes on after the
+    /// call (`chat`, `mcp`): [`spawn`] does its work on a thread of its own, which makes
+    /// the namespace for itself alone and ends with the call's start.
+    pub masks_on_own_thread: bool,
     /// The private TMPDIR when it is a slot of the pool: claimed by the supervisor before
     /// the command starts, released once the tree is dead.
     pub tmp_slot: Option<super::tmp_pool::Slot>,
@@ -137,6 +141,7 @@ impl LaunchSpec {
             after: Vec::new(),
             cleanup: Vec::new(),
             masks_in_chitti: false,
+            masks_on_own_thread: false,
             tmp_slot: None,
         })
     }
@@ -176,6 +181,56 @@ fn last_error() -> i32 {
 /// Forks the supervisor. With `wait_for_start`, returns once the command has exec'd (or
 /// failed to), or that long at most; else at once, and `Supervised::started` says when.
 pub fn spawn(
+    spec: LaunchSpec,
+    stdio: ChildStdio,
+    wait_for_start: Option<std::time::Duration>,
+) -> std::io::Result<Supervised> {
+    if !(spec.masks_in_chitti && spec.masks_on_own_thread) {
+        return spawn_here(spec, stdio, wait_for_start);
+    }
+    // `unshare` moves only the calling thread (its filesystem context and mount
+    // namespace): a thread started for this call makes the masks' namespace, the command
+    // joins it through that thread's pidfd, and the thread ends once the command has
+    // exec'd (after joining), leaving the namespace to the command. No thread that goes
+    // on, nor the supervisor (forked before), is ever in it.
+    let limit = wait_for_start.unwrap_or(OWN_THREAD_WAITS_FOR_START);
+    std::thread::scope(|scope| {
+        std::thread::Builder::new()
+            .name("chitti-masks".into())
+            .spawn_scoped(scope, move || spawn_here(spec, stdio, Some(limit)))?
+            .join()
+            .unwrap_or_else(|_| {
+                Err(std::io::Error::other(
+                    "the thread that starts the sandbox panicked",
+                ))
+            })
+    })
+}
+
+/// How long a thread that made the masks' namespace waits for the command to join it
+/// before it ends. The command joins before it asks for anything else; past this (a
+/// machine stalled that long), the thread's end makes the join fail and the call with it.
+const OWN_THREAD_WAITS_FOR_START: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// A pidfd of the calling thread (Linux 6.9), through which another process can join the
+/// thread's own mount namespace.
+fn open_thread_pidfd() -> std::io::Result<OwnedFd> {
+    // PIDFD_THREAD has the value of O_EXCL.
+    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, libc::gettid(), libc::O_EXCL) };
+    if fd < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(unsafe { OwnedFd::from_raw_fd(fd as RawFd) })
+}
+
+/// Whether a thread of this process can make a mount namespace for a command to join
+/// ([`LaunchSpec::masks_on_own_thread`]): pidfds of threads exist (Linux 6.9).
+pub fn threads_can_make_masks() -> bool {
+    static CAN: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *CAN.get_or_init(|| open_thread_pidfd().is_ok())
+}
+
+fn spawn_here(
     mut spec: LaunchSpec,
     stdio: ChildStdio,
     wait_for_start: Option<std::time::Duration>,
@@ -191,6 +246,7 @@ pub fn spawn(
     // The masks' namespace made here (see below) is joined through this process's pidfd.
     let masks = spec.restrictions.as_ref().and_then(|r| r.masks.as_ref());
     let chitti_pidfd = match masks {
+        Some(_) if spec.masks_in_chitti && spec.masks_on_own_thread => open_thread_pidfd().ok(),
         Some(_) if spec.masks_in_chitti => open_pidfd(unsafe { libc::getpid() }).ok(),
         _ => None,
     };
@@ -259,10 +315,9 @@ pub fn spawn(
         // fails at the closed pipe).
         let mut entered = None;
         if chitti_pidfd.is_some() {
-            entered = restrictions
-                .masks
-                .as_ref()
-                .filter(|_| single_threaded() && unsafe { Masks::enter() }.is_ok());
+            entered = restrictions.masks.as_ref().filter(|_| {
+                (spec.masks_on_own_thread || single_threaded()) && unsafe { Masks::enter() }.is_ok()
+            });
         }
         rules_added = match (entered, &late_masks, &chitti_pidfd) {
             (Some(_), _, _) => send(JOIN_CHITTI),
