@@ -46,6 +46,18 @@ impl Server {
         max_file_bytes: Option<u64>,
         max_open_files: Option<u64>,
     ) -> Server {
+        Server::start_with(fx, extra, max_file_bytes, max_open_files, None).await
+    }
+
+    /// With `bind` (root only), the server runs in a mount namespace of its own where
+    /// the first directory is also mounted on the second: a filesystem mounted twice.
+    async fn start_with(
+        fx: Fixture,
+        extra: &[&str],
+        max_file_bytes: Option<u64>,
+        max_open_files: Option<u64>,
+        bind: Option<(std::ffi::CString, std::ffi::CString)>,
+    ) -> Server {
         let secret = marker("ssh-key");
         write(&fx.home.join(".ssh/id_ed25519"), &format!("{secret}\n"));
         let mut cmd = tokio::process::Command::new(chitti_bin());
@@ -76,6 +88,22 @@ impl Server {
                     || libc::signal(libc::SIGXFSZ, libc::SIG_IGN) == libc::SIG_ERR
                 {
                     return Err(std::io::Error::last_os_error());
+                }
+                if let Some((from, to)) = &bind {
+                    let (none, no_data) = (std::ptr::null(), std::ptr::null());
+                    if libc::unshare(libc::CLONE_NEWNS) != 0
+                        || libc::mount(
+                            none,
+                            c"/".as_ptr(),
+                            none,
+                            libc::MS_REC | libc::MS_PRIVATE,
+                            no_data,
+                        ) != 0
+                        || libc::mount(from.as_ptr(), to.as_ptr(), none, libc::MS_BIND, no_data)
+                            != 0
+                    {
+                        return Err(std::io::Error::last_os_error());
+                    }
                 }
                 Ok(())
             });
@@ -952,6 +980,33 @@ async fn credentials_created_after_the_server_started_stay_unreadable() {
         )
         .await;
     assert!(read.is_error && !read.text.contains(&aws), "{read:?}");
+}
+
+/// Where some filesystem is mounted twice, every call looks the credential locations' mounts
+/// up in the mount table. A call run by root searches on a thread of the server that has
+/// made a mount namespace of its own: the table it reads must be that thread's, whose mount
+/// IDs are the ones it sees (every call was refused while it read the main thread's).
+#[cfg(target_os = "linux")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn calls_run_and_hide_credentials_where_a_filesystem_is_mounted_twice() {
+    if !common::running_as_root() {
+        eprintln!("SKIP: making a second mount for the server needs root");
+        return;
+    }
+    ensure_backend("landlock");
+    let fx = Fixture::new();
+    let second = fx.outside.with_file_name("second-name");
+    std::fs::create_dir(&second).unwrap();
+    let c = |p: &std::path::Path| std::ffi::CString::new(p.as_os_str().as_encoded_bytes()).unwrap();
+    let bind = Some((c(&fx.outside), c(&second)));
+    let server = Server::start_with(fx, &["--backend", "landlock"], None, None, bind).await;
+    for _ in 0..2 {
+        let called = server.bash("cat ~/.ssh/id_ed25519; echo ran").await;
+        assert!(
+            called.text.contains("ran") && !called.text.contains(&server.secret),
+            "{called:?}"
+        );
+    }
 }
 
 /// `chitti mcp` started for a client that speaks the protocol itself (raw JSON lines on

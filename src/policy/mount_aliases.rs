@@ -152,7 +152,7 @@ pub fn analyse(mounts: &[Mount], hidden: &[(PathBuf, u64)]) -> Result<Analysis, 
     for (path, on) in hidden {
         let unlisted = || {
             format!(
-                "{} lies on a mount that /proc/self/mountinfo does not list: its mount point \
+                "{} lies on a mount that /proc/thread-self/mountinfo does not list: its mount point \
                  is outside this process's root (a chroot that is not a mount point itself; \
                  `mount --bind DIR DIR` makes it one) or the mounts changed meanwhile",
                 path.display()
@@ -280,13 +280,16 @@ fn mount_id_from_proc(path: &Path) -> Result<Option<u64>, String> {
         .ok_or_else(|| format!("{}: no mount ID in /proc/self/fdinfo", path.display()))
 }
 
-/// `/proc/self/mountinfo`, read in as few calls as it allows: each read walks the table
-/// to where the last one stopped and formats what it hands over (some 1.5 us a line
-/// here), and `std::fs::read` starts a file of unknown size with reads of 32 bytes.
+/// The calling thread's mount table, read in as few calls as it allows: each read walks
+/// the table to where the last one stopped and formats what it hands over (some 1.5 us a
+/// line here), and `std::fs::read` starts a file of unknown size with reads of 32 bytes.
+/// The thread's, not the process's (`/proc/self` is the main thread): a thread of a
+/// session that made the masks' namespace for its call (`supervisor::spawn`) runs the
+/// search in it, and the mount IDs it reads from `fdinfo` are that namespace's.
 #[cfg(target_os = "linux")]
 fn read_mount_table() -> std::io::Result<Vec<u8>> {
     use std::io::Read;
-    let mut file = std::fs::File::open("/proc/self/mountinfo")?;
+    let mut file = std::fs::File::open("/proc/thread-self/mountinfo")?;
     let mut table = vec![0; 4096];
     let mut filled = 0;
     loop {
@@ -319,7 +322,7 @@ pub fn find(hidden: &[PathBuf]) -> Result<Found, String> {
     };
     let table = read_mount_table().map_err(|e| {
         why(format!(
-            "/proc/self/mountinfo: {e} (chitti needs /proc mounted)"
+            "/proc/thread-self/mountinfo: {e} (chitti needs /proc mounted)"
         ))
     })?;
     if !any_shared(&table) {

@@ -634,10 +634,12 @@ mod tests {
     /// As root on landlock, a session's command leaves the credential search to a thread
     /// started for the call, which masks what it finds in a mount namespace of its own
     /// after the fork (`for_a_command`). The masks must be in place in the command's
-    /// namespace, and no thread of this process may be left in that namespace.
+    /// namespace, and no thread that goes on (the runtime's, including its blocking pool)
+    /// may be left in that namespace. Other tests' threads are not looked at: one may be
+    /// in a namespace of its own for good reason.
     #[cfg(target_os = "linux")]
-    #[tokio::test]
-    async fn a_session_call_searching_after_the_fork_masks_and_leaves_no_thread_behind() {
+    #[test]
+    fn a_session_call_searching_after_the_fork_masks_and_leaves_no_thread_behind() {
         if !crate::sandbox::session_credentials_can_wait(Backend::Landlock) {
             eprintln!(
                 "SKIP: the search after the fork needs root, mounts and pidfds of threads \
@@ -645,18 +647,25 @@ mod tests {
             );
             return;
         }
+        let ours = std::fs::read_link("/proc/self/ns/mnt").unwrap();
+        let threads = Arc::new(std::sync::Mutex::new(vec![unsafe { libc::gettid() }]));
+        let runtime = {
+            let threads = Arc::clone(&threads);
+            tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .on_thread_start(move || threads.lock().unwrap().push(unsafe { libc::gettid() }))
+                .build()
+                .unwrap()
+        };
         let fx = Fixture::new();
         let session = Toolbox::resolving_each_call(
             (*fx.policy).clone(),
             fx.source.clone(),
             Backend::Landlock,
         );
-        let ours = std::fs::read_link("/proc/self/ns/mnt").unwrap();
         let command = "readlink /proc/self/ns/mnt; cat ~/.ssh/id_ed25519 /etc/shadow; echo ran";
         for _ in 0..3 {
-            let r = session
-                .call("execute_bash", json!({ "command": command }))
-                .await;
+            let r = runtime.block_on(session.call("execute_bash", json!({ "command": command })));
             assert!(r.text.contains("ran"), "{}", r.text);
             assert!(
                 !r.text.contains("PRIVATE KEY") && !r.text.contains("root:"),
@@ -668,13 +677,87 @@ mod tests {
                 "the command ran in this process's mount namespace: {}",
                 r.text
             );
-            for task in std::fs::read_dir("/proc/self/task").unwrap() {
-                // A thread may end meanwhile.
-                if let Ok(ns) = std::fs::read_link(task.unwrap().path().join("ns/mnt")) {
-                    assert_eq!(ns, ours, "a thread was left in another mount namespace");
+            for tid in threads.lock().unwrap().iter() {
+                // A blocking thread may have ended meanwhile.
+                if let Ok(ns) = std::fs::read_link(format!("/proc/self/task/{tid}/ns/mnt")) {
+                    assert_eq!(ns, ours, "thread {tid} was left in another mount namespace");
                 }
             }
         }
+    }
+
+    /// The thread that made a call's namespace lives until the command has joined it: a
+    /// signal that interrupts its wait (a handled one: the agent handles SIGINT) must not
+    /// end it early, or the command's join fails and the call with it (most calls did,
+    /// with SIGUSR1 sent to those threads all along).
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn a_signal_to_the_thread_that_makes_the_namespace_does_not_fail_the_call() {
+        use std::sync::atomic::{AtomicBool, Ordering};
+        if !crate::sandbox::session_credentials_can_wait(Backend::Landlock) {
+            eprintln!(
+                "SKIP: the search after the fork needs root, mounts and pidfds of threads \
+                 (Linux 6.9)"
+            );
+            return;
+        }
+        extern "C" fn ignore(_: libc::c_int) {}
+        // SIGUSR1 is used by no other test; a handler makes it interrupt, not kill.
+        let handler = ignore as extern "C" fn(libc::c_int) as libc::sighandler_t;
+        unsafe { libc::signal(libc::SIGUSR1, handler) };
+        let stop = Arc::new(AtomicBool::new(false));
+        let pester = {
+            let stop = Arc::clone(&stop);
+            std::thread::spawn(move || {
+                while !stop.load(Ordering::Relaxed) {
+                    for task in std::fs::read_dir("/proc/self/task").unwrap().flatten() {
+                        let comm = std::fs::read_to_string(task.path().join("comm"));
+                        let tid = task.file_name().to_string_lossy().parse::<libc::pid_t>();
+                        if let (Ok(comm), Ok(tid)) = (comm, tid) {
+                            if comm.trim() == "chitti-masks" {
+                                unsafe {
+                                    libc::syscall(
+                                        libc::SYS_tgkill,
+                                        libc::getpid(),
+                                        tid,
+                                        libc::SIGUSR1,
+                                    )
+                                };
+                            }
+                        }
+                    }
+                }
+            })
+        };
+        let fx = Fixture::new();
+        let session = Toolbox::resolving_each_call(
+            (*fx.policy).clone(),
+            fx.source.clone(),
+            Backend::Landlock,
+        );
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let mut failed = Vec::new();
+        for i in 0..60 {
+            let call = session.call(
+                "execute_bash",
+                json!({ "command": format!("echo call-{i}") }),
+            );
+            let r = runtime.block_on(call);
+            if !r.text.contains(&format!("call-{i}")) {
+                failed.push(r.text);
+            }
+        }
+        stop.store(true, Ordering::Relaxed);
+        pester.join().unwrap();
+        assert!(
+            failed.is_empty(),
+            "{} of 60 calls failed: {:?}",
+            failed.len(),
+            failed.first()
+        );
     }
 
     /// A credential location that comes to lie in the workspace mid-session (a link

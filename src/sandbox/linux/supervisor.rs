@@ -192,25 +192,59 @@ pub fn spawn(
     // namespace): a thread started for this call makes the masks' namespace, the command
     // joins it through that thread's pidfd, and the thread ends once the command has
     // exec'd (after joining), leaving the namespace to the command. No thread that goes
-    // on, nor the supervisor (forked before), is ever in it.
-    let limit = wait_for_start.unwrap_or(OWN_THREAD_WAITS_FOR_START);
-    std::thread::scope(|scope| {
-        std::thread::Builder::new()
-            .name("chitti-masks".into())
-            .spawn_scoped(scope, move || spawn_here(spec, stdio, Some(limit)))?
-            .join()
-            .unwrap_or_else(|_| {
-                Err(std::io::Error::other(
-                    "the thread that starts the sandbox panicked",
-                ))
-            })
-    })
+    // on, nor the supervisor (forked before), is ever in it. The caller waits only until
+    // the masks are in place (the go byte), as it used to wait for the search.
+    let (send, receive) = std::sync::mpsc::sync_channel(1);
+    std::thread::Builder::new()
+        .name("chitti-masks".into())
+        .spawn(move || {
+            let spawned = spawn_here(spec, stdio, None);
+            let started = match &spawned {
+                Ok(Supervised {
+                    started: Some(started),
+                    ..
+                }) => started.try_clone().ok(),
+                _ => None,
+            };
+            let _ = send.send(spawned);
+            if let Some(started) = started {
+                wait_readable_despite_signals(&started, OWN_THREAD_WAITS_FOR_START);
+            }
+        })?;
+    let mut supervised = receive.recv().unwrap_or_else(|_| {
+        Err(std::io::Error::other(
+            "the thread that starts the sandbox ended without a word",
+        ))
+    })?;
+    if let (Some(limit), Some(started)) = (wait_for_start, supervised.started.take()) {
+        wait_readable(&started, limit);
+    }
+    Ok(supervised)
 }
 
 /// How long a thread that made the masks' namespace waits for the command to join it
 /// before it ends. The command joins before it asks for anything else; past this (a
 /// machine stalled that long), the thread's end makes the join fail and the call with it.
 const OWN_THREAD_WAITS_FOR_START: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// Waits until `fd` is readable, `limit` at most; unlike [`wait_readable`], a signal
+/// does not end the wait.
+fn wait_readable_despite_signals(fd: &OwnedFd, limit: std::time::Duration) {
+    let deadline = std::time::Instant::now() + limit;
+    loop {
+        let mut poll = libc::pollfd {
+            fd: fd.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        let ms = left.as_millis().min(i32::MAX as u128) as i32;
+        let n = unsafe { libc::poll(&mut poll, 1, ms) };
+        if n >= 0 || last_error() != libc::EINTR || left.is_zero() {
+            return;
+        }
+    }
+}
 
 /// A pidfd of the calling thread (Linux 6.9), through which another process can join the
 /// thread's own mount namespace.
@@ -246,7 +280,16 @@ fn spawn_here(
     // The masks' namespace made here (see below) is joined through this process's pidfd.
     let masks = spec.restrictions.as_ref().and_then(|r| r.masks.as_ref());
     let chitti_pidfd = match masks {
-        Some(_) if spec.masks_in_chitti && spec.masks_on_own_thread => open_thread_pidfd().ok(),
+        // Without it the command could neither join nor make the masks (they are left to
+        // this thread): the call would fail in the command, for a reason it cannot name.
+        Some(_) if spec.masks_in_chitti && spec.masks_on_own_thread => {
+            Some(open_thread_pidfd().map_err(|e| {
+                std::io::Error::new(
+                    e.kind(),
+                    format!("cannot open a pidfd of the thread that hides the credentials: {e}"),
+                )
+            })?)
+        }
         Some(_) if spec.masks_in_chitti => open_pidfd(unsafe { libc::getpid() }).ok(),
         _ => None,
     };
