@@ -152,7 +152,7 @@ pub fn analyse(mounts: &[Mount], hidden: &[(PathBuf, u64)]) -> Result<Analysis, 
     for (path, on) in hidden {
         let unlisted = || {
             format!(
-                "{} lies on a mount that /proc/thread-self/mountinfo does not list: its mount point \
+                "{} lies on a mount that this thread's mount table (/proc/self/task/TID/mountinfo) does not list: its mount point \
                  is outside this process's root (a chroot that is not a mount point itself; \
                  `mount --bind DIR DIR` makes it one) or the mounts changed meanwhile",
                 path.display()
@@ -285,11 +285,13 @@ fn mount_id_from_proc(path: &Path) -> Result<Option<u64>, String> {
 /// line here), and `std::fs::read` starts a file of unknown size with reads of 32 bytes.
 /// The thread's, not the process's (`/proc/self` is the main thread): a thread of a
 /// session that made the masks' namespace for its call (`supervisor::spawn`) runs the
-/// search in it, and the mount IDs it reads from `fdinfo` are that namespace's.
+/// search in it, and the mount IDs it reads from `fdinfo` are that namespace's. (Named
+/// through `task/`: `/proc/thread-self` needs Linux 3.17.)
 #[cfg(target_os = "linux")]
 fn read_mount_table() -> std::io::Result<Vec<u8>> {
     use std::io::Read;
-    let mut file = std::fs::File::open("/proc/thread-self/mountinfo")?;
+    let path = format!("/proc/self/task/{}/mountinfo", unsafe { libc::gettid() });
+    let mut file = std::fs::File::open(path)?;
     let mut table = vec![0; 4096];
     let mut filled = 0;
     loop {
@@ -322,7 +324,7 @@ pub fn find(hidden: &[PathBuf]) -> Result<Found, String> {
     };
     let table = read_mount_table().map_err(|e| {
         why(format!(
-            "/proc/thread-self/mountinfo: {e} (chitti needs /proc mounted)"
+            "/proc/self/task/TID/mountinfo: {e} (chitti needs /proc mounted)"
         ))
     })?;
     if !any_shared(&table) {

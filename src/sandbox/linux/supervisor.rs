@@ -198,13 +198,20 @@ pub fn spawn(
     std::thread::Builder::new()
         .name("chitti-masks".into())
         .spawn(move || {
-            let spawned = spawn_here(spec, stdio, None);
-            let started = match &spawned {
-                Ok(Supervised {
-                    started: Some(started),
-                    ..
-                }) => started.try_clone().ok(),
-                _ => None,
+            // Signals for the process go to its other threads: none interrupts this one's
+            // waits. The supervisor, forked here, unblocks them for itself.
+            unsafe {
+                let mut all: libc::sigset_t = std::mem::zeroed();
+                libc::sigfillset(&mut all);
+                libc::pthread_sigmask(libc::SIG_BLOCK, &all, std::ptr::null_mut());
+            }
+            let mut spawned = spawn_here(spec, stdio, None);
+            // The caller gets a copy (or, without one, does not wait for the start).
+            let started = match &mut spawned {
+                Ok(supervised) => supervised.started.take().inspect(|started| {
+                    supervised.started = started.try_clone().ok();
+                }),
+                Err(_) => None,
             };
             let _ = send.send(spawned);
             if let Some(started) = started {
