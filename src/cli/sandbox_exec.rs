@@ -59,7 +59,7 @@ fn setup_selected(
     let later = the_only_call
         && selection
             .as_ref()
-            .is_ok_and(|s| sandbox::credentials_can_wait(s.backend));
+            .is_ok_and(|s| sandbox::credentials_can_wait(s.backend, false));
     let (policy, credentials_later) = if later {
         let (policy, search) = source.resolve_without_credentials().map_err(bad)?;
         (policy, Some(search))

@@ -220,7 +220,7 @@ impl Prepared {
     pub fn as_the_only_call(mut self) -> Prepared {
         #[cfg(target_os = "linux")]
         if let Launch::Supervised(spec) = &mut self.launch {
-            spec.masks_in_chitti = true;
+            spec.masks_made_by = linux::supervisor::MasksMadeBy::Chitti;
         }
         self
     }
@@ -341,52 +341,15 @@ pub fn prepare_the_only_call(
     command: &[OsString],
     cwd: &Path,
 ) -> Result<Prepared, SandboxError> {
-    require_command(command)?;
-    #[cfg(target_os = "linux")]
-    if credentials_can_wait(backend) {
-        return linux::prepare_finding_credentials_later(policy, credentials, command, cwd)
-            .map(Prepared::as_the_only_call);
-    }
-    let mut policy = policy.clone();
-    policy.hide(
-        credentials
-            .run()
-            .map_err(|e| SandboxError::Unavailable(e.to_string()))?,
-    );
-    prepare_in(backend, &policy, command, cwd, None).map(Prepared::as_the_only_call)
-}
-
-/// Whether [`prepare_the_only_call`] would leave the credential search until after the
-/// fork for a call on `backend` from this process: where it would not, resolving the
-/// policy whole costs the same and is simpler.
-pub fn credentials_can_wait(backend: Backend) -> bool {
-    #[cfg(target_os = "linux")]
-    return backend == Backend::Landlock && linux::credentials_can_wait();
-    #[cfg(not(target_os = "linux"))]
-    {
-        let _ = backend;
-        false
-    }
-}
-
-/// Whether a long-lived session's call on `backend` may leave the credential search
-/// until after the fork ([`prepare_in_session_finding_credentials_later`]).
-pub fn session_credentials_can_wait(backend: Backend) -> bool {
-    #[cfg(target_os = "linux")]
-    return backend == Backend::Landlock && linux::session_credentials_can_wait();
-    #[cfg(not(target_os = "linux"))]
-    {
-        let _ = backend;
-        false
-    }
+    prepare_finding_credentials(backend, policy, credentials, command, cwd, None)
+        .map(Prepared::as_the_only_call)
 }
 
 /// [`prepare_in_session`] for a policy that still lacks its credential locations (from
-/// `PolicySource::resolve_without_credentials`), where [`session_credentials_can_wait`]:
-/// a Landlock call started by root runs the search after the supervisor's fork, while the
-/// command starts, on a thread of its own that masks what it finds in a mount namespace
-/// the command joins (`linux::prepare_in_session_finding_credentials_later`). Policy
-/// errors the search finds then end the call before the command runs anything.
+/// `PolicySource::resolve_without_credentials`): a Landlock call started by root runs the
+/// search after the supervisor's fork, while the command starts, on a thread of its own
+/// that masks what it finds in a mount namespace the command joins. Policy errors the
+/// search finds then end the call before the command runs anything.
 pub fn prepare_in_session_finding_credentials_later(
     backend: Backend,
     policy: &Policy,
@@ -395,10 +358,23 @@ pub fn prepare_in_session_finding_credentials_later(
     cwd: &Path,
     session: &SessionCache,
 ) -> Result<Prepared, SandboxError> {
+    prepare_finding_credentials(backend, policy, credentials, command, cwd, Some(session))
+}
+
+/// The launch for a policy that still lacks its credential locations: the search is left
+/// until after the fork where [`credentials_can_wait`], else run now.
+fn prepare_finding_credentials(
+    backend: Backend,
+    policy: &Policy,
+    credentials: CredentialSearch,
+    command: &[OsString],
+    cwd: &Path,
+    session: Option<&SessionCache>,
+) -> Result<Prepared, SandboxError> {
     require_command(command)?;
     #[cfg(target_os = "linux")]
-    if session_credentials_can_wait(backend) {
-        return linux::prepare_in_session_finding_credentials_later(
+    if credentials_can_wait(backend, session.is_some()) {
+        return linux::prepare_finding_credentials_later(
             policy,
             credentials,
             command,
@@ -412,7 +388,21 @@ pub fn prepare_in_session_finding_credentials_later(
             .run()
             .map_err(|e| SandboxError::Unavailable(e.to_string()))?,
     );
-    prepare_in(backend, &policy, command, cwd, Some(session))
+    prepare_in(backend, &policy, command, cwd, session)
+}
+
+/// Whether a call on `backend` from this process may leave the credential search until
+/// after the fork: the one call of a chitti with a single thread (`sandbox exec`), or,
+/// `in_session`, a call of a long-lived session, which has threads. Where it may not,
+/// resolving the policy whole costs the same and is simpler.
+pub fn credentials_can_wait(backend: Backend, in_session: bool) -> bool {
+    #[cfg(target_os = "linux")]
+    return backend == Backend::Landlock && linux::credentials_can_wait(in_session);
+    #[cfg(not(target_os = "linux"))]
+    {
+        let _ = (backend, in_session);
+        false
+    }
 }
 
 /// [`prepare`] for a call of a long-lived session, which may reuse what `session` kept.

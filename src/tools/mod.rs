@@ -281,7 +281,7 @@ impl Toolbox {
 
     /// [`Toolbox::for_this_call`] for an `execute_bash` call. Where the sandbox can look
     /// for the credential locations after its fork (a Landlock call of a session run by
-    /// root, `sandbox::session_credentials_can_wait`), the search is left to it: it then
+    /// root, `sandbox::credentials_can_wait`), the search is left to it: it then
     /// overlaps the command's start instead of preceding it (some 0.2-0.3 ms of each
     /// call). Not for a call given a working directory, which is checked against the
     /// credential locations first.
@@ -291,7 +291,7 @@ impl Toolbox {
         };
         let later = args.working_directory.is_none()
             && args.sandbox != Some(false)
-            && crate::sandbox::session_credentials_can_wait(self.backend);
+            && crate::sandbox::credentials_can_wait(self.backend, true);
         if !later {
             return self.for_this_call();
         }
@@ -346,37 +346,33 @@ impl Toolbox {
                 known.join(", ")
             ));
         };
-        // A command's toolbox depends on its arguments (see `for_a_command`).
-        let toolbox = match tool {
-            Tool::ExecuteBash => Ok(self.clone()),
-            _ => self.for_this_call(),
-        };
-        let toolbox = match toolbox {
-            Ok(toolbox) => toolbox,
-            Err(e) => return e,
-        };
         match tool {
+            // A command's policy depends on its arguments (see `for_a_command`).
             Tool::ExecuteBash => match parse_args::<execute_bash::ExecuteBash>(args) {
-                Ok(args) => match toolbox.for_a_command(&args) {
+                Ok(args) => match self.for_a_command(&args) {
                     Ok(toolbox) => execute_bash::run(&toolbox, args, cancel).await,
                     Err(e) => e,
                 },
                 Err(e) => e,
             },
-            Tool::ReadFile => toolbox.file_tool::<read_file::ReadFile>(args).await,
-            Tool::ListDir => toolbox.file_tool::<list_dir::ListDir>(args).await,
-            Tool::WriteFile => toolbox.file_tool::<write_file::WriteFile>(args).await,
-            Tool::EditFile => toolbox.file_tool::<edit_file::EditFile>(args).await,
+            Tool::ReadFile => self.file_tool::<read_file::ReadFile>(args).await,
+            Tool::ListDir => self.file_tool::<list_dir::ListDir>(args).await,
+            Tool::WriteFile => self.file_tool::<write_file::WriteFile>(args).await,
+            Tool::EditFile => self.file_tool::<edit_file::EditFile>(args).await,
         }
     }
 
-    /// File tools do blocking I/O: off the async threads, on the shared policy.
+    /// File tools do blocking I/O: off the async threads, on the policy as it stands now.
     async fn file_tool<T: FileTool>(&self, args: Value) -> ToolResult {
+        let toolbox = match self.for_this_call() {
+            Ok(toolbox) => toolbox,
+            Err(e) => return e,
+        };
         let args = match parse_args::<T>(args) {
             Ok(args) => args,
             Err(e) => return e,
         };
-        let policy = Arc::clone(&self.policy);
+        let policy = Arc::clone(&toolbox.policy);
         tokio::task::spawn_blocking(move || {
             // One file tool at a time: a model's parallel edits of one file would otherwise
             // read, replace and write over each other (lost updates, reads of a file
@@ -564,6 +560,24 @@ mod tests {
     use super::*;
     use crate::tools::testing::Fixture;
 
+    /// A toolbox that resolves the policy for each call, on the landlock backend.
+    fn landlock_session(fx: &Fixture) -> Toolbox {
+        Toolbox::resolving_each_call((*fx.policy).clone(), fx.source.clone(), Backend::Landlock)
+    }
+
+    /// Whether a session's landlock calls search after the fork here; says SKIP if not.
+    #[cfg(target_os = "linux")]
+    fn searches_after_the_fork() -> bool {
+        let can = crate::sandbox::credentials_can_wait(Backend::Landlock, true);
+        if !can {
+            eprintln!(
+                "SKIP: the search after the fork needs root, mounts and pidfds of threads \
+                 (Linux 6.9)"
+            );
+        }
+        can
+    }
+
     #[tokio::test]
     async fn a_session_toolbox_covers_credentials_that_appear_mid_session() {
         let fx = Fixture::new();
@@ -606,11 +620,7 @@ mod tests {
         // ~/.cargo holds no credential yet: the first plan grants it whole.
         std::fs::create_dir_all(fx.home.join(".cargo")).unwrap();
         std::fs::write(fx.home.join(".cargo/config.toml"), "[build]\n").unwrap();
-        let session = Toolbox::resolving_each_call(
-            (*fx.policy).clone(),
-            fx.source.clone(),
-            Backend::Landlock,
-        );
+        let session = landlock_session(&fx);
         let cat =
             json!({"command": "cat ~/.cargo/config.toml ~/.cargo/credentials.toml; echo ran"});
         // Two calls: the second runs under the ruleset the first built.
@@ -640,11 +650,7 @@ mod tests {
     #[cfg(target_os = "linux")]
     #[test]
     fn a_session_call_searching_after_the_fork_masks_and_leaves_no_thread_behind() {
-        if !crate::sandbox::session_credentials_can_wait(Backend::Landlock) {
-            eprintln!(
-                "SKIP: the search after the fork needs root, mounts and pidfds of threads \
-                 (Linux 6.9)"
-            );
+        if !searches_after_the_fork() {
             return;
         }
         let ours = std::fs::read_link("/proc/self/ns/mnt").unwrap();
@@ -658,11 +664,7 @@ mod tests {
                 .unwrap()
         };
         let fx = Fixture::new();
-        let session = Toolbox::resolving_each_call(
-            (*fx.policy).clone(),
-            fx.source.clone(),
-            Backend::Landlock,
-        );
+        let session = landlock_session(&fx);
         let command = "readlink /proc/self/ns/mnt; cat ~/.ssh/id_ed25519 /etc/shadow; echo ran";
         for _ in 0..3 {
             let r = runtime.block_on(session.call("execute_bash", json!({ "command": command })));
@@ -694,11 +696,7 @@ mod tests {
     #[test]
     fn a_signal_to_the_thread_that_makes_the_namespace_does_not_fail_the_call() {
         use std::sync::atomic::{AtomicBool, Ordering};
-        if !crate::sandbox::session_credentials_can_wait(Backend::Landlock) {
-            eprintln!(
-                "SKIP: the search after the fork needs root, mounts and pidfds of threads \
-                 (Linux 6.9)"
-            );
+        if !searches_after_the_fork() {
             return;
         }
         extern "C" fn ignore(_: libc::c_int) {}
@@ -730,11 +728,7 @@ mod tests {
             })
         };
         let fx = Fixture::new();
-        let session = Toolbox::resolving_each_call(
-            (*fx.policy).clone(),
-            fx.source.clone(),
-            Backend::Landlock,
-        );
+        let session = landlock_session(&fx);
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
@@ -771,11 +765,7 @@ mod tests {
             return;
         }
         let fx = Fixture::new();
-        let session = Toolbox::resolving_each_call(
-            (*fx.policy).clone(),
-            fx.source.clone(),
-            Backend::Landlock,
-        );
+        let session = landlock_session(&fx);
         let marker = fx.ws.join("ran-marker");
         let touch = json!({ "command": format!("touch {}", marker.display()) });
         let r = session.call("execute_bash", touch.clone()).await;
@@ -804,11 +794,7 @@ mod tests {
             return;
         }
         let fx = Fixture::new();
-        let session = Toolbox::resolving_each_call(
-            (*fx.policy).clone(),
-            fx.source.clone(),
-            Backend::Landlock,
-        );
+        let session = landlock_session(&fx);
         let stop = std::sync::Arc::new(AtomicBool::new(false));
         let churn = {
             let stop = std::sync::Arc::clone(&stop);

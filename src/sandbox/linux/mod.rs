@@ -194,56 +194,40 @@ fn hidden_in_bwrap(path: &Path, policy: &Policy) -> bool {
         && !policy.writable.iter().any(|w| path.starts_with(w))
 }
 
-/// Whether a one-shot Landlock call may leave its credential search until after the
-/// supervisor's fork ([`prepare_finding_credentials_later`]): only where chitti makes the
-/// masks' mount namespace itself (root that may mount, a chitti with a single thread).
-pub fn credentials_can_wait() -> bool {
-    masks::available() && supervisor::single_threaded()
+/// Whether a Landlock call may leave its credential search until after the supervisor's
+/// fork ([`prepare_finding_credentials_later`]): only where chitti makes the masks' mount
+/// namespace itself (root that may mount), in its own process where it has a single thread
+/// (`sandbox exec`), or, `in_session`, on a thread started for the call (Linux 6.9).
+pub fn credentials_can_wait(in_session: bool) -> bool {
+    masks::available()
+        && if in_session {
+            supervisor::threads_can_make_masks()
+        } else {
+            supervisor::single_threaded()
+        }
 }
 
-/// Whether a session's Landlock call may leave the credential search until after the
-/// supervisor's fork ([`prepare_in_session_finding_credentials_later`]): where chitti may
-/// mount (root), on a thread of its own.
-pub fn session_credentials_can_wait() -> bool {
-    masks::available() && supervisor::threads_can_make_masks()
-}
-
-/// [`prepare_finding_credentials_later`] for a call of a long-lived session (which has
-/// threads): a thread started for the call finds the credential locations after the fork
-/// and masks them in a namespace of its own, which the command joins.
-pub fn prepare_in_session_finding_credentials_later(
-    policy: &Policy,
-    credentials: CredentialSearch,
-    command: &[OsString],
-    cwd: &Path,
-    session: &super::SessionCache,
-) -> Result<Prepared, SandboxError> {
-    let mut prepared = prepare_supervised(
-        Backend::Landlock,
-        policy,
-        Some(credentials),
-        command,
-        cwd,
-        Some(session),
-    )?;
-    if let Launch::Supervised(spec) = &mut prepared.launch {
-        spec.masks_in_chitti = true;
-        spec.masks_on_own_thread = true;
-    }
-    Ok(prepared)
-}
-
-/// A one-shot Landlock call whose policy still lacks its credential locations: chitti
-/// finds them after forking the supervisor, and masks them in the namespace the command
-/// joins (`supervisor::spawn`). Only where [`credentials_can_wait`].
+/// A Landlock call whose policy still lacks its credential locations: chitti finds them
+/// after forking the supervisor, and masks them in the namespace the command joins
+/// (`supervisor::spawn`), made in chitti's process for a one-shot call, on a thread of
+/// its own for a call of a long-lived `session`. Only where [`credentials_can_wait`].
 pub fn prepare_finding_credentials_later(
     policy: &Policy,
     credentials: CredentialSearch,
     command: &[OsString],
     cwd: &Path,
+    session: Option<&super::SessionCache>,
 ) -> Result<Prepared, SandboxError> {
     let backend = Backend::Landlock;
-    prepare_supervised(backend, policy, Some(credentials), command, cwd, None)
+    let mut prepared =
+        prepare_supervised(backend, policy, Some(credentials), command, cwd, session)?;
+    if let Launch::Supervised(spec) = &mut prepared.launch {
+        spec.masks_made_by = match session {
+            Some(_) => supervisor::MasksMadeBy::ChittiThread,
+            None => supervisor::MasksMadeBy::Chitti,
+        };
+    }
+    Ok(prepared)
 }
 
 fn prepare_supervised(

@@ -8,7 +8,7 @@
 //! A one-shot call's Landlock rules are added by chitti after the fork, on another CPU
 //! than the supervisor's start and the command's set-up; the command waits for a byte on
 //! the go pipe before it restricts itself, and gives up without it. As root, a one-shot
-//! `sandbox exec` also makes the masks' mount namespace there (`masks_in_chitti`), and
+//! `sandbox exec` also makes the masks' mount namespace there (`MasksMadeBy::Chitti`), and
 //! the command joins it instead of making its own; chitti even looks for the credential
 //! locations to mask only then (`late_masks`), and a policy error found there ends the
 //! call before the command runs anything.
@@ -76,6 +76,22 @@ pub struct Restrictions {
     pub late_masks: Option<LateMasks>,
 }
 
+/// Who makes the masks' mount namespace, when there are masks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MasksMadeBy {
+    /// The command, for itself, before it drops its capabilities.
+    Command,
+    /// chitti, after forking the supervisor, for the command to join (see [`spawn`]):
+    /// only a chitti that has a single thread and exits after the call (`sandbox exec`),
+    /// as it moves into that namespace for good. Should it fail, the command makes its
+    /// own, unless the masks are left to chitti.
+    Chitti,
+    /// For a chitti that has other threads and goes on after the call (`chat`, `mcp`):
+    /// [`spawn`] does its work on a thread of its own, which makes the namespace for
+    /// itself alone and ends once the command has exec'd.
+    ChittiThread,
+}
+
 /// Everything needed to run one command, prepared before any fork.
 pub struct LaunchSpec {
     pub image: ExecImage,
@@ -87,14 +103,8 @@ pub struct LaunchSpec {
     pub after: Vec<Box<dyn crate::sandbox::AfterCall>>,
     /// Removed by the supervisor once the tree is dead (the private TMPDIR).
     pub cleanup: Vec<std::path::PathBuf>,
-    /// chitti may make the masks' mount namespace itself, after forking the supervisor,
-    /// for the command to join (see [`spawn`]). Only for a chitti that has a single thread
-    /// and exits after the call (`sandbox exec`): it moves into that namespace for good.
-    pub masks_in_chitti: bool,
-    /// With `masks_in_chitti`, for a chitti that has other threads and goes on after the
-    /// call (`chat`, `mcp`): [`spawn`] does its work on a thread of its own, which makes
-    /// the namespace for itself alone and ends with the call's start.
-    pub masks_on_own_thread: bool,
+    /// Who may make the masks' mount namespace (see [`spawn`]).
+    pub masks_made_by: MasksMadeBy,
     /// The private TMPDIR when it is a slot of the pool: claimed by the supervisor before
     /// the command starts, released once the tree is dead.
     pub tmp_slot: Option<super::tmp_pool::Slot>,
@@ -140,8 +150,7 @@ impl LaunchSpec {
             restrictions,
             after: Vec::new(),
             cleanup: Vec::new(),
-            masks_in_chitti: false,
-            masks_on_own_thread: false,
+            masks_made_by: MasksMadeBy::Command,
             tmp_slot: None,
         })
     }
@@ -185,7 +194,7 @@ pub fn spawn(
     stdio: ChildStdio,
     wait_for_start: Option<std::time::Duration>,
 ) -> std::io::Result<Supervised> {
-    if !(spec.masks_in_chitti && spec.masks_on_own_thread) {
+    if spec.masks_made_by != MasksMadeBy::ChittiThread {
         return spawn_here(spec, stdio, wait_for_start);
     }
     // `unshare` moves only the calling thread (its filesystem context and mount
@@ -199,7 +208,8 @@ pub fn spawn(
         .name("chitti-masks".into())
         .spawn(move || {
             // Signals for the process go to its other threads: none interrupts this one's
-            // waits. The supervisor, forked here, unblocks them for itself.
+            // waits (a wait cut short would end the thread before the command joins its
+            // namespace). The supervisor, forked here, unblocks them for itself.
             unsafe {
                 let mut all: libc::sigset_t = std::mem::zeroed();
                 libc::sigfillset(&mut all);
@@ -215,7 +225,7 @@ pub fn spawn(
             };
             let _ = send.send(spawned);
             if let Some(started) = started {
-                wait_readable_despite_signals(&started, OWN_THREAD_WAITS_FOR_START);
+                wait_readable(&started, OWN_THREAD_WAITS_FOR_START);
             }
         })?;
     let mut supervised = receive.recv().unwrap_or_else(|_| {
@@ -234,25 +244,6 @@ pub fn spawn(
 /// machine stalled that long), the thread's end makes the join fail and the call with it.
 const OWN_THREAD_WAITS_FOR_START: std::time::Duration = std::time::Duration::from_secs(60);
 
-/// Waits until `fd` is readable, `limit` at most; unlike [`wait_readable`], a signal
-/// does not end the wait.
-fn wait_readable_despite_signals(fd: &OwnedFd, limit: std::time::Duration) {
-    let deadline = std::time::Instant::now() + limit;
-    loop {
-        let mut poll = libc::pollfd {
-            fd: fd.as_raw_fd(),
-            events: libc::POLLIN,
-            revents: 0,
-        };
-        let left = deadline.saturating_duration_since(std::time::Instant::now());
-        let ms = left.as_millis().min(i32::MAX as u128) as i32;
-        let n = unsafe { libc::poll(&mut poll, 1, ms) };
-        if n >= 0 || last_error() != libc::EINTR || left.is_zero() {
-            return;
-        }
-    }
-}
-
 /// A pidfd of the calling thread (Linux 6.9), through which another process can join the
 /// thread's own mount namespace.
 fn open_thread_pidfd() -> std::io::Result<OwnedFd> {
@@ -265,7 +256,7 @@ fn open_thread_pidfd() -> std::io::Result<OwnedFd> {
 }
 
 /// Whether a thread of this process can make a mount namespace for a command to join
-/// ([`LaunchSpec::masks_on_own_thread`]): pidfds of threads exist (Linux 6.9).
+/// ([`MasksMadeBy::ChittiThread`]): pidfds of threads exist (Linux 6.9).
 pub fn threads_can_make_masks() -> bool {
     static CAN: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     *CAN.get_or_init(|| open_thread_pidfd().is_ok())
@@ -289,7 +280,7 @@ fn spawn_here(
     let chitti_pidfd = match masks {
         // Without it the command could neither join nor make the masks (they are left to
         // this thread): the call would fail in the command, for a reason it cannot name.
-        Some(_) if spec.masks_in_chitti && spec.masks_on_own_thread => {
+        Some(_) if spec.masks_made_by == MasksMadeBy::ChittiThread => {
             Some(open_thread_pidfd().map_err(|e| {
                 std::io::Error::new(
                     e.kind(),
@@ -297,7 +288,9 @@ fn spawn_here(
                 )
             })?)
         }
-        Some(_) if spec.masks_in_chitti => open_pidfd(unsafe { libc::getpid() }).ok(),
+        Some(_) if spec.masks_made_by == MasksMadeBy::Chitti => {
+            open_pidfd(unsafe { libc::getpid() }).ok()
+        }
         _ => None,
     };
     // With rules still to add, or a namespace to make, the command waits on this pipe.
@@ -366,7 +359,8 @@ fn spawn_here(
         let mut entered = None;
         if chitti_pidfd.is_some() {
             entered = restrictions.masks.as_ref().filter(|_| {
-                (spec.masks_on_own_thread || single_threaded()) && unsafe { Masks::enter() }.is_ok()
+                (spec.masks_made_by == MasksMadeBy::ChittiThread || single_threaded())
+                    && unsafe { Masks::enter() }.is_ok()
             });
         }
         rules_added = match (entered, &late_masks, &chitti_pidfd) {
