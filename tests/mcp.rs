@@ -1009,6 +1009,49 @@ async fn calls_run_and_hide_credentials_where_a_filesystem_is_mounted_twice() {
     }
 }
 
+/// The thread that makes a call's mount namespace (a call run by root, Linux 6.9) ends
+/// once the command has joined it: none is left in the server after its calls, each of
+/// which would hold a namespace, and a descriptor of every pipe it kept, for a minute.
+#[cfg(target_os = "linux")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_threads_that_make_the_calls_namespaces_end_with_their_calls() {
+    if !chitti::sandbox::credentials_can_wait(chitti::sandbox::Backend::Landlock, true) {
+        eprintln!(
+            "SKIP: calls search for credentials on a thread of their own only when run by \
+             root on Linux 6.9 or later"
+        );
+        return;
+    }
+    ensure_backend("landlock");
+    let server = Server::start(&["--backend", "landlock"]).await;
+    for i in 0..5 {
+        let called = server.bash(&format!("echo call-{i}")).await;
+        assert!(called.text.contains(&format!("call-{i}")), "{called:?}");
+    }
+    // The supervisor, forked by such a thread, goes by chitti's name, not the thread's.
+    let called = server.bash("cat /proc/$PPID/comm").await;
+    assert_eq!(called.structured["stdout"], "chitti\n", "{called:?}");
+    let threads_named = |name: &str| -> Vec<String> {
+        let tasks = std::fs::read_dir(format!("/proc/{}/task", server.pid)).unwrap();
+        let comm = |task: std::fs::DirEntry| std::fs::read_to_string(task.path().join("comm"));
+        tasks
+            .flatten()
+            .filter_map(|task| comm(task).ok())
+            .filter(|comm| comm.trim() == name)
+            .collect()
+    };
+    let since = Instant::now();
+    while !threads_named("chitti-masks").is_empty() && since.elapsed() < Duration::from_secs(5) {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let left = threads_named("chitti-masks");
+    assert!(
+        left.is_empty(),
+        "{} thread(s) that made a call's namespace outlived the call by 5 s",
+        left.len()
+    );
+}
+
 /// `chitti mcp` started for a client that speaks the protocol itself (raw JSON lines on
 /// its stdin), with `stdout` as its standard output.
 fn raw_server(fx: &Fixture, stdout: Stdio) -> std::process::Child {

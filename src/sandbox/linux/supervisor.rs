@@ -302,6 +302,9 @@ fn spawn_here(
     let execve = spec.image.execve();
     // The supervisor allocates (its report, the repairs).
     crate::allocator_survives_fork();
+    // A process forked from a thread is named after it (`chitti-masks`, a runtime's
+    // worker): the supervisor goes by chitti's name wherever it was forked.
+    let renamed = unsafe { libc::gettid() != libc::getpid() };
 
     let pid = unsafe { libc::fork() };
     if pid < 0 {
@@ -309,6 +312,9 @@ fn spawn_here(
     }
     if pid == 0 {
         // Supervisor. Never returns.
+        if renamed {
+            unsafe { libc::prctl(libc::PR_SET_NAME, c"chitti".as_ptr(), 0, 0, 0) };
+        }
         let keep = Keep {
             stdin: stdio.stdin.as_ref().map(|f| f.as_raw_fd()),
             stdout: stdio.stdout.as_ref().map(|f| f.as_raw_fd()),
