@@ -373,10 +373,10 @@ fn spawn_here(
             (Some(_), _, _) => send(JOIN_CHITTI),
             (None, None, Some(_)) => send(MAKE_OWN),
             (None, None, None) => Ok(()),
-            (None, Some(_), _) => Err("cannot make the private mount namespace that hides the \
-                                       credential locations (run as root): try \
-                                       `--backend bwrap`, or run chitti as a normal user"
-                .to_string()),
+            (None, Some(_), _) => Err(format!(
+                "cannot make the private mount namespace that hides the credential locations \
+                 (run as root): {MASKS_HINT}"
+            )),
         };
         // Before the mounts: a terminal's rule names it by its path under the host's /dev.
         if let (Some(add_rules), Ok(())) = (pending_rules, &rules_added) {
@@ -392,8 +392,7 @@ fn spawn_here(
         if let (Some(masks), Ok(())) = (to_cover, &rules_added) {
             if let Err((step, errno)) = unsafe { masks.cover() } {
                 rules_added = Err(format!(
-                    "cannot hide the credential locations ({}): {}; try `--backend bwrap`, \
-                     or run chitti as a normal user",
+                    "cannot hide the credential locations ({}): {}; {MASKS_HINT}",
                     String::from_utf8_lossy(step),
                     nix::errno::Errno::from_raw(errno)
                 ));
@@ -751,6 +750,12 @@ unsafe fn command_main(
     execve.exec();
     fail(b"exec", last_error())
 }
+
+/// What to do when the masks cannot be made: words for the one who started chitti,
+/// whether from a shell or as an agent's MCP server.
+const MASKS_HINT: &str =
+    "start chitti (`sandbox exec`, `mcp`, `chat`, `run`) with `--backend bwrap`, or run it as \
+     a normal user";
 
 /// chitti's answer on the go pipe when it made the masks' namespace (see `spawn`).
 const JOIN_CHITTI: u8 = b'J';
