@@ -198,45 +198,94 @@ pub fn spawn(
         return spawn_here(spec, stdio, wait_for_start);
     }
     // `unshare` moves only the calling thread (its filesystem context and mount
-    // namespace): a thread started for this call makes the masks' namespace, the command
+    // namespace): a thread of its own makes this call's masks' namespace, the command
     // joins it through that thread's pidfd, and the thread ends once the command has
     // exec'd (after joining), leaving the namespace to the command. No thread that goes
     // on, nor the supervisor (forked before), is ever in it. The caller waits only until
     // the masks are in place (the go byte), as it used to wait for the search.
     let (send, receive) = std::sync::mpsc::sync_channel(1);
-    std::thread::Builder::new()
-        .name("chitti-masks".into())
-        .spawn(move || {
-            // Signals for the process go to its other threads: none interrupts this one's
-            // waits (a wait cut short would end the thread before the command joins its
-            // namespace). The supervisor, forked here, unblocks them for itself.
-            unsafe {
-                let mut all: libc::sigset_t = std::mem::zeroed();
-                libc::sigfillset(&mut all);
-                libc::pthread_sigmask(libc::SIG_BLOCK, &all, std::ptr::null_mut());
-            }
-            let mut spawned = spawn_here(spec, stdio, None);
-            // The caller gets a copy (or, without one, does not wait for the start).
-            let started = match &mut spawned {
-                Ok(supervised) => supervised.started.take().inspect(|started| {
-                    supervised.started = started.try_clone().ok();
-                }),
-                Err(_) => None,
-            };
-            let _ = send.send(spawned);
-            if let Some(started) = started {
-                wait_readable(&started, OWN_THREAD_WAITS_FOR_START);
-            }
-        })?;
-    let mut supervised = receive.recv().unwrap_or_else(|_| {
+    let job: MasksJob = Box::new(move || {
+        let mut spawned = spawn_here(spec, stdio, None);
+        // The caller gets a copy (or, without one, does not wait for the start).
+        let started = match &mut spawned {
+            Ok(supervised) => supervised.started.take().inspect(|started| {
+                supervised.started = started.try_clone().ok();
+            }),
+            Err(_) => None,
+        };
+        let _ = send.send(spawned);
+        if let Some(started) = started {
+            wait_readable(&started, OWN_THREAD_WAITS_FOR_START);
+        }
+    });
+    // The thread started after the last such call, if it is there; else one now.
+    let spare = SPARE_MASKS_THREAD
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .take();
+    let job = match spare {
+        Some(thread) => thread.send(job).err().map(|unsent| unsent.0),
+        None => Some(job),
+    };
+    if let Some(job) = job {
+        start_masks_thread()?
+            .send(job)
+            .map_err(|_| std::io::Error::other("the thread that starts the sandbox ended"))?;
+    }
+    let supervised = receive.recv().unwrap_or_else(|_| {
         Err(std::io::Error::other(
             "the thread that starts the sandbox ended without a word",
         ))
-    })?;
+    });
+    // Starting a thread takes some 0.07 ms here: the next call's is started now, while
+    // this call's command starts on the other CPU, rather than when that call comes.
+    if let Ok(thread) = start_masks_thread() {
+        SPARE_MASKS_THREAD
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get_or_insert(thread);
+    }
+    let mut supervised = supervised?;
     if let (Some(limit), Some(started)) = (wait_for_start, supervised.started.take()) {
         wait_readable(&started, limit);
     }
     Ok(supervised)
+}
+
+/// One call's work on a thread of its own ([`MasksMadeBy::ChittiThread`]).
+type MasksJob = Box<dyn FnOnce() + Send>;
+
+/// A thread started for the next call that needs one: waiting for its one job in the
+/// process's own namespaces, as every thread that goes on is.
+static SPARE_MASKS_THREAD: std::sync::Mutex<Option<std::sync::mpsc::SyncSender<MasksJob>>> =
+    std::sync::Mutex::new(None);
+
+/// A thread that runs one [`MasksJob`] and ends. It is started from a thread in the
+/// process's namespaces, so that it shares them and the process's root and working
+/// directory until its job moves it; started from a masks thread, it would share that
+/// thread's.
+fn start_masks_thread() -> std::io::Result<std::sync::mpsc::SyncSender<MasksJob>> {
+    let (jobs, job) = std::sync::mpsc::sync_channel::<MasksJob>(1);
+    // Signals for the process go to its other threads: none interrupts this one's waits
+    // (a wait cut short would end the thread before the command joins its namespace).
+    // Blocked before it starts, so that none arrives in between; the supervisor, forked
+    // there, unblocks them for itself.
+    let started = unsafe {
+        let mut all: libc::sigset_t = std::mem::zeroed();
+        let mut before: libc::sigset_t = std::mem::zeroed();
+        libc::sigfillset(&mut all);
+        libc::pthread_sigmask(libc::SIG_BLOCK, &all, &mut before);
+        let started = std::thread::Builder::new()
+            .name("chitti-masks".into())
+            .spawn(move || {
+                if let Ok(job) = job.recv() {
+                    job();
+                }
+            });
+        libc::pthread_sigmask(libc::SIG_SETMASK, &before, std::ptr::null_mut());
+        started
+    };
+    started.map(|_| jobs)
 }
 
 /// How long a thread that made the masks' namespace waits for the command to join it
