@@ -121,6 +121,13 @@ pub fn any_shared(mountinfo: &[u8]) -> bool {
     false
 }
 
+/// The table's third fields (`major:minor`), of the lines that have one.
+fn table_devices(mountinfo: &[u8]) -> impl Iterator<Item = &[u8]> {
+    mountinfo
+        .split(|&b| b == b'\n')
+        .filter_map(|line| line.split(|&b| b == b' ').nth(2))
+}
+
 /// `base` and then `below` (a relative path), without the trailing slash `join` adds
 /// for an empty one.
 fn join_below(base: &Path, below: &Path) -> PathBuf {
@@ -281,18 +288,29 @@ fn mount_id_from_proc(path: &Path) -> Result<Option<u64>, String> {
         .ok_or_else(|| format!("{}: no mount ID in /proc/self/fdinfo", path.display()))
 }
 
-/// Whether some filesystem is mounted more than once where the calling thread looks, asked
-/// of the kernel mount by mount (`listmount` and `statmount`, Linux 6.8): the same answer
-/// as [`any_shared`] gives from the mount table, whose every read has the kernel format it
-/// whole (50-65 us in a fresh process here, against about 20 for these calls). Both list
-/// the mounts reachable from the thread's root, in its mount namespace, with the device
-/// the table prints. None where they cannot tell (an older kernel, a filter refusing them,
-/// a mount gone in between, more mounts than the buffer holds): the table decides then.
+/// The device of every mount reachable from the calling thread's root, in its mount
+/// namespace, asked of the kernel mount by mount (`listmount` and `statmount`, Linux 6.8):
+/// the same list as the mount table's third fields, which every read of the table has the
+/// kernel format whole (50-85 us in a call here, against about 35 for these calls). None
+/// where they cannot tell (an older kernel, another architecture's numbers, a filter
+/// refusing them, a mount gone in between, more mounts than the buffer holds): the table
+/// decides then.
 #[cfg(target_os = "linux")]
-fn any_shared_by_mount() -> Option<bool> {
-    // The same numbers on every architecture that has them (the unified table).
-    const SYS_STATMOUNT: libc::c_long = 457;
-    const SYS_LISTMOUNT: libc::c_long = 458;
+fn devices_by_mount() -> Option<Vec<(u32, u32)>> {
+    // The unified numbers, which these architectures use; elsewhere the table decides.
+    #[cfg(any(
+        target_arch = "x86_64",
+        target_arch = "aarch64",
+        target_arch = "riscv64"
+    ))]
+    const SYS_STATMOUNT_AND_LISTMOUNT: Option<(libc::c_long, libc::c_long)> = Some((457, 458));
+    #[cfg(not(any(
+        target_arch = "x86_64",
+        target_arch = "aarch64",
+        target_arch = "riscv64"
+    )))]
+    const SYS_STATMOUNT_AND_LISTMOUNT: Option<(libc::c_long, libc::c_long)> = None;
+    let (sys_statmount, sys_listmount) = SYS_STATMOUNT_AND_LISTMOUNT?;
     // `struct mnt_id_req` as Linux 6.8 defined it (MNT_ID_REQ_SIZE_VER0).
     #[repr(C)]
     struct MountIdRequest {
@@ -301,6 +319,7 @@ fn any_shared_by_mount() -> Option<bool> {
         mnt_id: u64,
         param: u64,
     }
+    // The thread's root: listed are the mounts reachable from it, as in the table.
     const LSMT_ROOT: u64 = u64::MAX;
     const STATMOUNT_SB_BASIC: u64 = 1;
     let request = |mnt_id, param| MountIdRequest {
@@ -311,28 +330,65 @@ fn any_shared_by_mount() -> Option<bool> {
     };
     let mut ids = [0u64; 512];
     let listed = request(LSMT_ROOT, 0);
-    let n = unsafe { libc::syscall(SYS_LISTMOUNT, &listed, ids.as_mut_ptr(), ids.len(), 0) };
+    let n = unsafe { libc::syscall(sys_listmount, &listed, ids.as_mut_ptr(), ids.len(), 0) };
     if n <= 0 || n as usize >= ids.len() {
         return None;
     }
-    // `struct statmount`'s fixed part: the superblock's device is at bytes 16-23, valid
-    // when `mask` (bytes 8-15) says so.
+    // `struct statmount` (512 bytes): the superblock's device, the table's major:minor,
+    // is at bytes 16-23, valid when `mask` (bytes 8-15) says so.
     let mut answer = [0u64; 64];
-    let mut devices: Vec<[u8; 8]> = Vec::with_capacity(n as usize);
+    let mut devices = Vec::with_capacity(n as usize);
     for &id in &ids[..n as usize] {
         let asked = request(id, STATMOUNT_SB_BASIC);
         let size = std::mem::size_of_val(&answer);
-        let r = unsafe { libc::syscall(SYS_STATMOUNT, &asked, answer.as_mut_ptr(), size, 0) };
+        let r = unsafe { libc::syscall(sys_statmount, &asked, answer.as_mut_ptr(), size, 0) };
         if r != 0 || answer[1] & STATMOUNT_SB_BASIC == 0 {
             return None;
         }
-        let device = answer[2].to_ne_bytes();
-        if devices.contains(&device) {
-            return Some(true);
-        }
-        devices.push(device);
+        let [major, minor] = [answer[2] as u32, (answer[2] >> 32) as u32];
+        devices.push(if cfg!(target_endian = "little") {
+            (major, minor)
+        } else {
+            (minor, major)
+        });
     }
-    Some(false)
+    Some(devices)
+}
+
+/// The device of the thread's root when the root is not itself the root of a mount (a
+/// chroot into a plain directory). Neither the table nor `listmount` lists the mount that
+/// holds it (both list what is reachable from the root, and that mount's own root lies
+/// above it), yet its filesystem is there all the same: another mount of it is a second
+/// name. Where the kernel cannot say (before 5.8), the root counts as such.
+#[cfg(target_os = "linux")]
+fn unlisted_root_device() -> Option<(u32, u32)> {
+    use rustix::fs::{statx, AtFlags, StatxAttributes, StatxFlags, CWD};
+    let root = match statx(CWD, "/", AtFlags::empty(), StatxFlags::BASIC_STATS) {
+        Ok(root) => root,
+        Err(_) => {
+            use std::os::unix::fs::MetadataExt;
+            let dev = std::fs::metadata("/").map(|m| m.dev()).unwrap_or(0);
+            return Some((libc::major(dev), libc::minor(dev)));
+        }
+    };
+    let known = root
+        .stx_attributes_mask
+        .contains(StatxAttributes::MOUNT_ROOT);
+    let mount_root = root.stx_attributes.contains(StatxAttributes::MOUNT_ROOT);
+    (!known || !mount_root).then_some((root.stx_dev_major, root.stx_dev_minor))
+}
+
+/// Whether some device appears twice among `devices` and `also` (see
+/// [`unlisted_root_device`]).
+fn any_twice<T: PartialEq>(devices: impl IntoIterator<Item = T>, also: Option<T>) -> bool {
+    let mut seen: Vec<T> = also.into_iter().collect();
+    for device in devices {
+        if seen.contains(&device) {
+            return true;
+        }
+        seen.push(device);
+    }
+    false
 }
 
 /// The calling thread's mount table, read in as few calls as it allows: each read walks
@@ -377,7 +433,8 @@ pub fn find(hidden: &[PathBuf]) -> Result<Found, String> {
     let why = |e: String| {
         format!("cannot tell whether a credential location is mounted a second time: {e}")
     };
-    if any_shared_by_mount() == Some(false) {
+    let root = unlisted_root_device();
+    if devices_by_mount().is_some_and(|devices| !any_twice(devices, root)) {
         return Ok(Found::default());
     }
     let table = read_mount_table().map_err(|e| {
@@ -385,7 +442,8 @@ pub fn find(hidden: &[PathBuf]) -> Result<Found, String> {
             "/proc/self/task/TID/mountinfo: {e} (chitti needs /proc mounted)"
         ))
     })?;
-    if !any_shared(&table) {
+    let root = root.map(|(major, minor)| format!("{major}:{minor}").into_bytes());
+    if !any_shared(&table) && !any_twice(table_devices(&table).map(<[u8]>::to_vec), root) {
         return Ok(Found::default());
     }
     let mounts = parse(&table).map_err(why)?;
@@ -459,71 +517,197 @@ pub fn find(_hidden: &[PathBuf]) -> Result<Found, String> {
 mod tests {
     use super::*;
 
-    /// The kernel's answer mount by mount is the table's, here and after a bind mount (in
-    /// a forked child's own mount namespace, in a user namespace when not root).
+    /// The table's devices, as `devices_by_mount` gives them, sorted.
     #[cfg(target_os = "linux")]
-    #[test]
-    fn the_kernel_answers_as_the_mount_table_does() {
-        let Some(here) = any_shared_by_mount() else {
-            eprintln!("SKIP: listmount and statmount answer nothing here (Linux 6.8 or later)");
-            return;
+    fn devices_in_table() -> Vec<(u32, u32)> {
+        let table = read_mount_table().unwrap();
+        let mut devices: Vec<(u32, u32)> = table_devices(&table)
+            .map(|d| {
+                let d = std::str::from_utf8(d).unwrap();
+                let (major, minor) = d.split_once(':').unwrap();
+                (major.parse().unwrap(), minor.parse().unwrap())
+            })
+            .collect();
+        devices.sort();
+        devices
+    }
+
+    /// The devices `devices_by_mount` lists, sorted; None only before Linux 6.8.
+    #[cfg(target_os = "linux")]
+    fn devices_listed() -> Option<Vec<(u32, u32)>> {
+        let listed = devices_by_mount().map(|mut devices| {
+            devices.sort();
+            devices
+        });
+        let release = nix::sys::utsname::uname().unwrap();
+        let release = release.release().to_string_lossy().into_owned();
+        let mut version = release
+            .split(|c: char| !c.is_ascii_digit())
+            .map(|n| n.parse());
+        let (major, minor): (u32, u32) = match (version.next(), version.next()) {
+            (Some(Ok(major)), Some(Ok(minor))) => (major, minor),
+            _ => (0, 0),
         };
-        assert_eq!(here, any_shared(&read_mount_table().unwrap()));
-        let dir = tempfile::tempdir().unwrap();
-        let (from, to) = (dir.path().join("a"), dir.path().join("b"));
-        std::fs::create_dir(&from).unwrap();
-        std::fs::create_dir(&to).unwrap();
+        assert!(
+            listed.is_some() || (major, minor) < (6, 8),
+            "listmount and statmount answer nothing on Linux {release}"
+        );
+        listed
+    }
+
+    /// In a forked child: `setup`, then `check`, whose answer becomes the exit status
+    /// (0 when it holds, 3 when `setup` failed, 2 when either panicked, 1 otherwise).
+    #[cfg(target_os = "linux")]
+    fn in_a_child(setup: impl FnOnce() -> bool, check: impl FnOnce() -> bool) -> i32 {
+        crate::allocator_survives_fork();
+        let pid = unsafe { libc::fork() };
+        if pid == 0 {
+            // Never back into the test harness's copy.
+            let code = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                if !setup() {
+                    3
+                } else if check() {
+                    0
+                } else {
+                    1
+                }
+            }));
+            unsafe { libc::_exit(code.unwrap_or(2)) };
+        }
+        let mut status = 0;
+        assert_eq!(unsafe { libc::waitpid(pid, &mut status, 0) }, pid);
+        libc::WEXITSTATUS(status)
+    }
+
+    /// A mount namespace of the calling process's own (in a user namespace when not
+    /// root), where `from` is also mounted on `to`; then, with `chroot`, `chroot` there
+    /// (with /proc at its `proc`).
+    #[cfg(target_os = "linux")]
+    fn bind_mounted(from: &Path, to: &Path, chroot: Option<&Path>) -> bool {
         let c = |p: &Path| std::ffi::CString::new(p.as_os_str().as_bytes()).unwrap();
-        let (from, to) = (c(&from), c(&to));
+        let proc = chroot.map(|root| c(&root.join("proc")));
+        let (from, to, root) = (c(from), c(to), chroot.map(c));
         let flags = if nix::unistd::geteuid().is_root() {
             libc::CLONE_NEWNS
         } else {
             libc::CLONE_NEWNS | libc::CLONE_NEWUSER
         };
-        crate::allocator_survives_fork();
-        let pid = unsafe { libc::fork() };
-        if pid == 0 {
-            let (null, no_data) = (std::ptr::null(), std::ptr::null());
-            let code = unsafe {
-                if libc::unshare(flags) != 0
-                    || libc::mount(
-                        null,
-                        c"/".as_ptr(),
-                        null,
-                        libc::MS_REC | libc::MS_PRIVATE,
-                        no_data,
-                    ) != 0
-                    || libc::mount(from.as_ptr(), to.as_ptr(), null, libc::MS_BIND, no_data) != 0
-                {
-                    3
-                } else {
-                    let table = read_mount_table().map(|t| any_shared(&t));
-                    match (any_shared_by_mount(), table) {
-                        (Some(true), Ok(true)) => 0,
-                        (Some(false), _) => 1,
-                        (None, _) => 2,
-                        _ => 4,
-                    }
-                }
-            };
-            unsafe { libc::_exit(code) };
+        let (null, no_data) = (std::ptr::null(), std::ptr::null());
+        unsafe {
+            libc::unshare(flags) == 0
+                && libc::mount(
+                    null,
+                    c"/".as_ptr(),
+                    null,
+                    libc::MS_REC | libc::MS_PRIVATE,
+                    no_data,
+                ) == 0
+                && libc::mount(from.as_ptr(), to.as_ptr(), null, libc::MS_BIND, no_data) == 0
+                && proc.is_none_or(|proc| {
+                    let bind = libc::MS_BIND | libc::MS_REC;
+                    libc::mount(c"/proc".as_ptr(), proc.as_ptr(), null, bind, no_data) == 0
+                })
+                && root.is_none_or(|root| {
+                    libc::chroot(root.as_ptr()) == 0 && libc::chdir(c"/".as_ptr()) == 0
+                })
         }
-        let mut status = 0;
-        assert_eq!(unsafe { libc::waitpid(pid, &mut status, 0) }, pid);
-        match libc::WEXITSTATUS(status) {
+    }
+
+    /// The kernel's list, mount by mount, is the table's: here, after a bind mount (in a
+    /// forked child's own mount namespace, in a user namespace when not root), and on a
+    /// thread that made a namespace of its own (as root). Compared device by device: a
+    /// yes/no answer could agree by chance where the host already has a device twice.
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn the_kernel_lists_the_devices_the_mount_table_does() {
+        let Some(here) = devices_listed() else {
+            eprintln!("SKIP: listmount and statmount need Linux 6.8");
+            return;
+        };
+        assert_eq!(here, devices_in_table());
+        let dir = tempfile::tempdir().unwrap();
+        let (from, to) = (dir.path().join("a"), dir.path().join("b"));
+        std::fs::create_dir(&from).unwrap();
+        std::fs::create_dir(&to).unwrap();
+        let count =
+            |devices: &[(u32, u32)], device| devices.iter().filter(|d| **d == device).count();
+        let device = {
+            use std::os::unix::fs::MetadataExt;
+            let dev = std::fs::metadata(&from).unwrap().dev();
+            (libc::major(dev), libc::minor(dev))
+        };
+        let before = count(&here, device);
+        let code = in_a_child(
+            || bind_mounted(&from, &to, None),
+            || {
+                let listed = devices_listed();
+                listed.as_deref() == Some(&devices_in_table()[..])
+                    && listed.is_some_and(|l| count(&l, device) == before + 1)
+            },
+        );
+        match code {
             0 => {}
             3 => eprintln!("SKIP: cannot make a mount namespace with a bind mount here"),
-            code => panic!(
-                "with a directory mounted twice, listmount and statmount answered {} (the \
-                 table says shared)",
-                [
-                    "",
-                    "not shared",
-                    "nothing",
-                    "",
-                    "shared, but the table did not"
-                ][code as usize]
+            _ => panic!(
+                "after a bind mount, listmount and statmount listed other devices than the table"
             ),
+        }
+        if nix::unistd::geteuid().is_root() {
+            let (from, to) = (from.clone(), to.clone());
+            let on_a_thread = std::thread::spawn(move || {
+                let (null, no_data) = (std::ptr::null(), std::ptr::null());
+                let c = |p: &Path| std::ffi::CString::new(p.as_os_str().as_bytes()).unwrap();
+                unsafe {
+                    assert_eq!(libc::unshare(libc::CLONE_NEWNS), 0);
+                    let private = libc::MS_REC | libc::MS_PRIVATE;
+                    assert_eq!(libc::mount(null, c"/".as_ptr(), null, private, no_data), 0);
+                    let (from, to) = (c(&from), c(&to));
+                    assert_eq!(
+                        libc::mount(from.as_ptr(), to.as_ptr(), null, libc::MS_BIND, no_data),
+                        0
+                    );
+                }
+                (devices_listed(), devices_in_table())
+            });
+            let (listed, table) = on_a_thread.join().unwrap();
+            assert_eq!(
+                listed.as_deref(),
+                Some(&table[..]),
+                "on a thread of its own namespace"
+            );
+            assert_eq!(count(&table, device), before + 1);
+        }
+    }
+
+    /// Chrooted into a directory that is not a mount's root, with a directory beside it
+    /// mounted inside: neither list has the mount holding the root, so the bind mount's
+    /// filesystem shows up once; the root's own device counts as listed, and the check says
+    /// some filesystem is mounted twice (it did not, before, on either path).
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn a_root_that_is_not_a_mount_counts_as_a_mount_of_its_filesystem() {
+        let dir = tempfile::tempdir().unwrap();
+        let jail = dir.path().join("jail");
+        let (from, to) = (jail.join("sub"), jail.join("other"));
+        for dir in [&from, &to, &jail.join("proc")] {
+            std::fs::create_dir_all(dir).unwrap();
+        }
+        let code = in_a_child(
+            || bind_mounted(&from, &to, Some(&jail)),
+            || {
+                let root = unlisted_root_device();
+                let table = read_mount_table().unwrap();
+                let by_table = any_twice(table_devices(&table).map(<[u8]>::to_vec), {
+                    root.map(|(major, minor)| format!("{major}:{minor}").into_bytes())
+                });
+                let by_mount = devices_by_mount().is_none_or(|d| any_twice(d, root));
+                root.is_some() && by_table && by_mount
+            },
+        );
+        match code {
+            0 => {}
+            3 => eprintln!("SKIP: cannot chroot in a mount namespace of its own here"),
+            _ => panic!("chrooted beside a second mount of the root's filesystem, the check found no filesystem mounted twice"),
         }
     }
 
