@@ -122,6 +122,7 @@ pub fn any_shared(mountinfo: &[u8]) -> bool {
 }
 
 /// The table's third fields (`major:minor`), of the lines that have one.
+#[cfg(test)]
 fn table_devices(mountinfo: &[u8]) -> impl Iterator<Item = &[u8]> {
     mountinfo
         .split(|&b| b == b'\n')
@@ -355,41 +356,32 @@ fn devices_by_mount() -> Option<Vec<(u32, u32)>> {
     Some(devices)
 }
 
-/// The device of the thread's root when the root is not itself the root of a mount (a
-/// chroot into a plain directory). Neither the table nor `listmount` lists the mount that
-/// holds it (both list what is reachable from the root, and that mount's own root lies
-/// above it), yet its filesystem is there all the same: another mount of it is a second
-/// name. Where the kernel cannot say (before 5.8), the root counts as such.
+/// Whether the thread's root is the root of a mount, where the kernel says (Linux 5.8).
+/// It is not inside a chroot into a plain directory; the mount that holds such a root is
+/// then listed nowhere (neither the table nor `listmount` lists what lies above the root),
+/// so no second name of what lies on it can be worked out.
 #[cfg(target_os = "linux")]
-fn unlisted_root_device() -> Option<(u32, u32)> {
+fn root_is_a_mount() -> Option<bool> {
     use rustix::fs::{statx, AtFlags, StatxAttributes, StatxFlags, CWD};
-    let root = match statx(CWD, "/", AtFlags::empty(), StatxFlags::BASIC_STATS) {
-        Ok(root) => root,
-        Err(_) => {
-            use std::os::unix::fs::MetadataExt;
-            let dev = std::fs::metadata("/").map(|m| m.dev()).unwrap_or(0);
-            return Some((libc::major(dev), libc::minor(dev)));
-        }
-    };
-    let known = root
-        .stx_attributes_mask
-        .contains(StatxAttributes::MOUNT_ROOT);
-    let mount_root = root.stx_attributes.contains(StatxAttributes::MOUNT_ROOT);
-    (!known || !mount_root).then_some((root.stx_dev_major, root.stx_dev_minor))
+    let root = statx(CWD, "/", AtFlags::empty(), StatxFlags::BASIC_STATS).ok()?;
+    root.stx_attributes_mask
+        .contains(StatxAttributes::MOUNT_ROOT)
+        .then(|| root.stx_attributes.contains(StatxAttributes::MOUNT_ROOT))
 }
 
-/// Whether some device appears twice among `devices` and `also` (see
-/// [`unlisted_root_device`]).
-fn any_twice<T: PartialEq>(devices: impl IntoIterator<Item = T>, also: Option<T>) -> bool {
-    let mut seen: Vec<T> = also.into_iter().collect();
-    for device in devices {
-        if seen.contains(&device) {
-            return true;
-        }
-        seen.push(device);
-    }
-    false
+/// The same from the table, for kernels that do not say: a root that is a mount's root is
+/// some line's mount point.
+fn table_has_root_mount(mountinfo: &[u8]) -> bool {
+    mountinfo
+        .split(|&b| b == b'\n')
+        .any(|line| line.split(|&b| b == b' ').nth(4) == Some(b"/"))
 }
+
+/// The refusal where the root is not a mount's root.
+const CHROOT_NOT_A_MOUNT: &str = "chitti runs in a chroot that is not a mount point: the \
+    mount that holds its root is in no mount table, so chitti cannot tell whether a \
+    credential location has a second name there (a directory of the same filesystem mounted \
+    elsewhere). Make the chroot a mount point first (`mount --bind DIR DIR`), then enter it";
 
 /// The calling thread's mount table, read in as few calls as it allows: each read walks
 /// the table to where the last one stopped and formats what it hands over (some 1.5 us a
@@ -433,8 +425,19 @@ pub fn find(hidden: &[PathBuf]) -> Result<Found, String> {
     let why = |e: String| {
         format!("cannot tell whether a credential location is mounted a second time: {e}")
     };
-    let root = unlisted_root_device();
-    if devices_by_mount().is_some_and(|devices| !any_twice(devices, root)) {
+    let root_is_a_mount = root_is_a_mount();
+    if root_is_a_mount == Some(false) {
+        return Err(CHROOT_NOT_A_MOUNT.to_string());
+    }
+    let no_device_twice = |devices: Vec<(u32, u32)>| {
+        let mut seen = Vec::with_capacity(devices.len());
+        devices.into_iter().all(|device| {
+            let first = !seen.contains(&device);
+            seen.push(device);
+            first
+        })
+    };
+    if root_is_a_mount == Some(true) && devices_by_mount().is_some_and(no_device_twice) {
         return Ok(Found::default());
     }
     let table = read_mount_table().map_err(|e| {
@@ -442,8 +445,10 @@ pub fn find(hidden: &[PathBuf]) -> Result<Found, String> {
             "/proc/self/task/TID/mountinfo: {e} (chitti needs /proc mounted)"
         ))
     })?;
-    let root = root.map(|(major, minor)| format!("{major}:{minor}").into_bytes());
-    if !any_shared(&table) && !any_twice(table_devices(&table).map(<[u8]>::to_vec), root) {
+    if !table_has_root_mount(&table) {
+        return Err(CHROOT_NOT_A_MOUNT.to_string());
+    }
+    if !any_shared(&table) {
         return Ok(Found::default());
     }
     let mounts = parse(&table).map_err(why)?;
@@ -679,36 +684,35 @@ mod tests {
         }
     }
 
-    /// Chrooted into a directory that is not a mount's root, with a directory beside it
-    /// mounted inside: neither list has the mount holding the root, so the bind mount's
-    /// filesystem shows up once; the root's own device counts as listed, and the check says
-    /// some filesystem is mounted twice (it did not, before, on either path).
+    /// Chrooted into a directory that is not a mount's root (with a directory beside it
+    /// mounted inside, whose second name nothing lists): refused, from statx and from the
+    /// table alike; at the root of a mount, not.
     #[cfg(target_os = "linux")]
     #[test]
-    fn a_root_that_is_not_a_mount_counts_as_a_mount_of_its_filesystem() {
+    fn a_chroot_that_is_not_a_mount_point_is_refused() {
         let dir = tempfile::tempdir().unwrap();
         let jail = dir.path().join("jail");
         let (from, to) = (jail.join("sub"), jail.join("other"));
         for dir in [&from, &to, &jail.join("proc")] {
             std::fs::create_dir_all(dir).unwrap();
         }
+        std::fs::write(from.join("secret"), "").unwrap();
+        let hidden = [PathBuf::from("/sub/secret")];
         let code = in_a_child(
             || bind_mounted(&from, &to, Some(&jail)),
             || {
-                let root = unlisted_root_device();
                 let table = read_mount_table().unwrap();
-                let by_table = any_twice(table_devices(&table).map(<[u8]>::to_vec), {
-                    root.map(|(major, minor)| format!("{major}:{minor}").into_bytes())
-                });
-                let by_mount = devices_by_mount().is_none_or(|d| any_twice(d, root));
-                root.is_some() && by_table && by_mount
+                let refused = find(&hidden).is_err_and(|e| e.contains("mount --bind DIR DIR"));
+                root_is_a_mount() != Some(true) && !table_has_root_mount(&table) && refused
             },
         );
         match code {
             0 => {}
             3 => eprintln!("SKIP: cannot chroot in a mount namespace of its own here"),
-            _ => panic!("chrooted beside a second mount of the root's filesystem, the check found no filesystem mounted twice"),
+            _ => panic!("chrooted into a plain directory, a call was not refused"),
         }
+        let table = read_mount_table().unwrap();
+        assert!(root_is_a_mount() != Some(false) && table_has_root_mount(&table));
     }
 
     fn mount(id: u64, parent: u64, device: &str, root: &str, at: &str) -> Mount {
