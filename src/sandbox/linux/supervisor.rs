@@ -260,11 +260,22 @@ type MasksJob = Box<dyn FnOnce() + Send>;
 static SPARE_MASKS_THREAD: std::sync::Mutex<Option<std::sync::mpsc::SyncSender<MasksJob>>> =
     std::sync::Mutex::new(None);
 
+thread_local! {
+    /// Set on a masks thread once its job begins (see [`start_masks_thread`]).
+    static ON_A_MASKS_THREAD: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
 /// A thread that runs one [`MasksJob`] and ends. It is started from a thread in the
 /// process's namespaces, so that it shares them and the process's root and working
 /// directory until its job moves it; started from a masks thread, it would share that
 /// thread's.
 fn start_masks_thread() -> std::io::Result<std::sync::mpsc::SyncSender<MasksJob>> {
+    // A thread started by a masks thread would share the namespace that thread made.
+    if ON_A_MASKS_THREAD.get() {
+        return Err(std::io::Error::other(
+            "a thread that makes a call's namespace starts no other",
+        ));
+    }
     let (jobs, job) = std::sync::mpsc::sync_channel::<MasksJob>(1);
     // Signals for the process go to its other threads: none interrupts this one's waits
     // (a wait cut short would end the thread before the command joins its namespace).
@@ -279,6 +290,7 @@ fn start_masks_thread() -> std::io::Result<std::sync::mpsc::SyncSender<MasksJob>
             .name("chitti-masks".into())
             .spawn(move || {
                 if let Ok(job) = job.recv() {
+                    ON_A_MASKS_THREAD.set(true);
                     job();
                 }
             });
@@ -977,6 +989,19 @@ unsafe fn finish(report: Report, aftermath: Aftermath, fds: Fds) -> ! {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A masks thread, whose job may move it into a namespace of its own, starts no other
+    /// (which would share that namespace); any other thread may.
+    #[test]
+    fn a_masks_thread_starts_no_other() {
+        let (answer, answered) = std::sync::mpsc::channel();
+        let thread = start_masks_thread().unwrap();
+        let job: MasksJob = Box::new(move || {
+            let _ = answer.send(start_masks_thread().is_err());
+        });
+        thread.send(job).ok().unwrap();
+        assert!(answered.recv().unwrap(), "a masks thread started another");
+    }
 
     #[test]
     fn children_path_is_well_formed() {
