@@ -111,14 +111,18 @@ fn unescape(field: &[u8]) -> Vec<u8> {
 /// alone: most tables have no such filesystem, and then no directory has two names. A
 /// line too short to have one counts as shared, for [`parse`] to reject.
 pub fn any_shared(mountinfo: &[u8]) -> bool {
+    let devices: Option<Vec<&[u8]>> = mountinfo
+        .split(|&b| b == b'\n')
+        .filter(|l| !l.is_empty())
+        .map(|line| line.split(|&b| b == b' ').nth(2))
+        .collect();
+    devices.is_none_or(some_twice)
+}
+
+/// Whether some device comes twice among `devices` (from the table, or mount by mount).
+fn some_twice<T: Eq + std::hash::Hash>(devices: impl IntoIterator<Item = T>) -> bool {
     let mut seen = std::collections::HashSet::new();
-    for line in mountinfo.split(|&b| b == b'\n').filter(|l| !l.is_empty()) {
-        match line.split(|&b| b == b' ').nth(2) {
-            Some(device) if seen.insert(device) => {}
-            _ => return true,
-        }
-    }
-    false
+    devices.into_iter().any(|device| !seen.insert(device))
 }
 
 /// The table's third fields (`major:minor`), of the lines that have one.
@@ -429,15 +433,8 @@ pub fn find(hidden: &[PathBuf]) -> Result<Found, String> {
     if root_is_a_mount == Some(false) {
         return Err(CHROOT_NOT_A_MOUNT.to_string());
     }
-    let no_device_twice = |devices: Vec<(u32, u32)>| {
-        let mut seen = Vec::with_capacity(devices.len());
-        devices.into_iter().all(|device| {
-            let first = !seen.contains(&device);
-            seen.push(device);
-            first
-        })
-    };
-    if root_is_a_mount == Some(true) && devices_by_mount().is_some_and(no_device_twice) {
+    let listed = || devices_by_mount().is_some_and(|devices| !some_twice(devices));
+    if root_is_a_mount == Some(true) && listed() {
         return Ok(Found::default());
     }
     let table = read_mount_table().map_err(|e| {
@@ -660,18 +657,11 @@ mod tests {
         if nix::unistd::geteuid().is_root() {
             let (from, to) = (from.clone(), to.clone());
             let on_a_thread = std::thread::spawn(move || {
-                let (null, no_data) = (std::ptr::null(), std::ptr::null());
-                let c = |p: &Path| std::ffi::CString::new(p.as_os_str().as_bytes()).unwrap();
-                unsafe {
-                    assert_eq!(libc::unshare(libc::CLONE_NEWNS), 0);
-                    let private = libc::MS_REC | libc::MS_PRIVATE;
-                    assert_eq!(libc::mount(null, c"/".as_ptr(), null, private, no_data), 0);
-                    let (from, to) = (c(&from), c(&to));
-                    assert_eq!(
-                        libc::mount(from.as_ptr(), to.as_ptr(), null, libc::MS_BIND, no_data),
-                        0
-                    );
-                }
+                assert!(
+                    bind_mounted(&from, &to, None),
+                    "{}",
+                    std::io::Error::last_os_error()
+                );
                 (devices_listed(), devices_in_table())
             });
             let (listed, table) = on_a_thread.join().unwrap();

@@ -565,6 +565,16 @@ mod tests {
         Toolbox::resolving_each_call((*fx.policy).clone(), fx.source.clone(), Backend::Landlock)
     }
 
+    /// Whether Landlock can be used here; says SKIP, and why, if not.
+    #[cfg(target_os = "linux")]
+    fn landlock_works() -> bool {
+        let blocker = crate::sandbox::Capabilities::get().landlock_blocker();
+        if let Some(why) = &blocker {
+            eprintln!("SKIP: {why}");
+        }
+        blocker.is_none()
+    }
+
     /// Whether a session's landlock calls search after the fork here; says SKIP if not.
     #[cfg(target_os = "linux")]
     fn searches_after_the_fork() -> bool {
@@ -612,8 +622,7 @@ mod tests {
     #[cfg(target_os = "linux")]
     #[tokio::test]
     async fn a_kept_landlock_ruleset_does_not_cover_a_credential_that_appeared_since() {
-        if let Some(why) = crate::sandbox::Capabilities::get().landlock_blocker() {
-            eprintln!("SKIP: {why}");
+        if !landlock_works() {
             return;
         }
         let fx = Fixture::new();
@@ -760,8 +769,7 @@ mod tests {
     #[cfg(target_os = "linux")]
     #[tokio::test]
     async fn a_session_call_fails_closed_when_the_workspace_comes_to_hold_credentials() {
-        if let Some(why) = crate::sandbox::Capabilities::get().landlock_blocker() {
-            eprintln!("SKIP: {why}");
+        if !landlock_works() {
             return;
         }
         let fx = Fixture::new();
@@ -789,8 +797,7 @@ mod tests {
     #[tokio::test]
     async fn landlock_calls_finish_while_another_thread_allocates() {
         use std::sync::atomic::{AtomicBool, Ordering};
-        if let Some(why) = crate::sandbox::Capabilities::get().landlock_blocker() {
-            eprintln!("SKIP: {why}");
+        if !landlock_works() {
             return;
         }
         let fx = Fixture::new();
