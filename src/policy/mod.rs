@@ -678,8 +678,14 @@ impl Policy {
                     profile.name
                 ))
             })?;
+            // One that does not exist yet inside a writable root must stay so: made by the
+            // command, it is moved aside after the call, and the file tools refuse to make
+            // it. (Elsewhere the sandbox cannot make it, and the host may.)
+            let path = canonical_or_lexical(&path);
             if path.exists() {
-                push_unique(&mut read_only, canonical_or_lexical(&path));
+                push_unique(&mut read_only, path);
+            } else if writable.iter().any(|root| path.starts_with(root)) {
+                push_unique(&mut absent, path);
             }
         }
 
@@ -1050,6 +1056,44 @@ mod tests {
         assert!(!p.network);
         assert!(!p.is_writable(&home.join("proj/.git/hooks/pre-commit")));
         assert!(p.is_writable(&home.join("proj/src/main.rs")));
+    }
+
+    /// A profile's protected path that does not exist yet must not be made: inside a
+    /// writable root it is absent (moved aside if made, refused to the file tools); outside
+    /// every writable root it is left to the host.
+    #[test]
+    fn a_protected_path_that_does_not_exist_yet_stays_absent() {
+        let home = tempfile::tempdir().unwrap();
+        let home = home.path().canonicalize().unwrap();
+        std::fs::create_dir_all(home.join("proj/there")).unwrap();
+        let file = home.join("profile.toml");
+        std::fs::write(
+            &file,
+            format!(
+                "extends = \"workspace-write\"\n[filesystem]\nprotected = \
+                 [\"{{workspace}}/.envrc\", \"{{workspace}}/there\", \
+                 \"{{workspace}}/later/x\", \"{}\"]\n",
+                home.join("elsewhere").display()
+            ),
+        )
+        .unwrap();
+        let profile = profile::load(file.to_str().unwrap(), None).unwrap();
+        let ws = home.join("proj");
+        let p = Policy::resolve(
+            &profile,
+            &ws,
+            &Overrides::default(),
+            &dirs_in(&home),
+            Vec::new(),
+        )
+        .unwrap();
+        assert!(p.read_only.contains(&ws.join("there")));
+        assert!(p.absent.contains(&ws.join(".envrc")), "{:?}", p.absent);
+        assert!(p.absent.contains(&ws.join("later/x")), "{:?}", p.absent);
+        assert!(!p.is_writable(&ws.join(".envrc")));
+        assert!(p.is_writable(&ws.join("later/y")));
+        assert!(!p.absent.contains(&home.join("elsewhere")));
+        assert!(!p.read_only.contains(&home.join("elsewhere")));
     }
 
     #[test]

@@ -236,6 +236,29 @@ pub struct NestedRepoGuard {
     /// mode and contents then: for them the contents decide, or a worktree made just before
     /// a call would count as changed by it.
     recent: HashMap<PathBuf, (u32, Vec<u8>)>,
+    /// Which inode each git directory, each of its risky names and each hook held before
+    /// the call (`None`: nothing). A file keeps its ctime when the directory holding it is
+    /// moved, so a git directory prepared in an earlier call and renamed into place during
+    /// this one shows only here.
+    inodes: HashMap<PathBuf, Inode>,
+}
+
+/// The inode a name leads to without following a symlink (`None`: nothing is there).
+type Inode = Option<(u64, u64)>;
+
+fn inode(path: &Path) -> Inode {
+    std::fs::symlink_metadata(path)
+        .ok()
+        .map(|meta| (meta.dev(), meta.ino()))
+}
+
+/// A git directory's names that can make git run code: its risky entries and its hooks.
+fn risky_names(git_dir: &Path) -> Vec<PathBuf> {
+    let mut paths: Vec<PathBuf> = RISKY.iter().map(|r| git_dir.join(r)).collect();
+    if let Ok(entries) = std::fs::read_dir(git_dir.join("hooks")) {
+        paths.extend(entries.flatten().map(|e| e.path()));
+    }
+    paths
 }
 
 impl NestedRepoGuard {
@@ -249,19 +272,19 @@ impl NestedRepoGuard {
             any_repo: false,
             since: SystemTime::now() - Duration::from_millis(50),
             recent: HashMap::new(),
+            inodes: HashMap::new(),
         };
         if let Some(found) = guard.discover(&mut Vec::new()) {
             guard.any_repo = true;
             for repo in &found {
-                let mut paths: Vec<PathBuf> = RISKY.iter().map(|r| repo.git_dir.join(r)).collect();
-                paths.extend(repo.dot_git.clone());
-                if let Ok(entries) = std::fs::read_dir(repo.git_dir.join("hooks")) {
-                    paths.extend(entries.flatten().map(|e| e.path()));
+                let names = risky_names(&repo.git_dir);
+                for path in names.iter().chain([&repo.git_dir]) {
+                    guard.inodes.insert(path.clone(), inode(path));
                 }
-                for path in paths {
-                    if guard.changed(&path) {
-                        if let Some(then) = small_file(&path) {
-                            guard.recent.insert(path, then);
+                for path in names.iter().chain(&repo.dot_git) {
+                    if guard.changed(path) {
+                        if let Some(then) = small_file(path) {
+                            guard.recent.insert(path.clone(), then);
                         }
                     }
                 }
@@ -391,6 +414,15 @@ impl NestedRepoGuard {
         }
     }
 
+    /// Whether the git directory, one of its risky names or a hook now leads to another
+    /// inode than before the call (or to one where there was none).
+    fn replaced(&self, git_dir: &Path) -> bool {
+        risky_names(git_dir)
+            .iter()
+            .chain([&git_dir.to_path_buf()])
+            .any(|path| self.inodes.get(path).copied().flatten() != inode(path))
+    }
+
     fn check(&self) -> Vec<String> {
         let mut problems = Vec::new();
         let found = self.discover(&mut problems).unwrap_or_default();
@@ -399,7 +431,8 @@ impl NestedRepoGuard {
             let is_new = !self.before.contains(&repo.git_dir);
             let touched = repo.dot_git.as_deref().is_some_and(|d| self.changed(d))
                 || RISKY.iter().any(|r| self.changed(&repo.git_dir.join(r)))
-                || hooks_changed(self, &repo.git_dir.join("hooks"));
+                || hooks_changed(self, &repo.git_dir.join("hooks"))
+                || self.replaced(&repo.git_dir);
             // A new worktree is the sandbox's own, like any repository it creates; a new
             // gitlink is not, because the host's `git status` walks into it.
             let quarantine = match repo.kind {
@@ -677,6 +710,49 @@ mod tests {
         assert!(!nw.join("config").exists(), "{repairs:?}");
         assert!(
             repairs.iter().any(|r| r.contains("nested repository")),
+            "{repairs:?}"
+        );
+    }
+
+    /// A git directory prepared by an earlier call (its config written then) and renamed
+    /// into a staged gitlink's place during this one: its files keep their old ctimes, but
+    /// the name now leads to another directory.
+    #[test]
+    fn a_git_directory_renamed_into_place_during_the_call_loses_its_config() {
+        let (_dir, ws) = workspace_repo();
+        let sub = ws.join("sub");
+        std::fs::create_dir(&sub).unwrap();
+        git(&sub, &["init", "-q", "--separate-git-dir", "../subgd"]);
+        git(&sub, &["commit", "-q", "--allow-empty", "-m", "s"]);
+        git(&ws, &["add", "sub"]);
+        let ok = Command::new("cp")
+            .args(["-a", "subgd", "prepared"])
+            .current_dir(&ws)
+            .status()
+            .unwrap();
+        assert!(ok.success());
+        git(
+            &ws,
+            &[
+                "config",
+                "--file",
+                "prepared/config",
+                "core.fsmonitor",
+                "evil",
+            ],
+        );
+        std::fs::write(ws.join("prepared/hooks/pre-commit"), "#!/bin/sh\nevil\n").unwrap();
+        std::thread::sleep(Duration::from_millis(100));
+        let guard = NestedRepoGuard::before(std::slice::from_ref(&ws));
+        std::fs::remove_dir_all(ws.join("subgd")).unwrap();
+        std::fs::rename(ws.join("prepared"), ws.join("subgd")).unwrap();
+        let repairs = Box::new(guard).run();
+        assert!(!ws.join("subgd/config").exists(), "{repairs:?}");
+        assert!(!ws.join("subgd/hooks").exists(), "{repairs:?}");
+        assert!(
+            repairs
+                .iter()
+                .any(|r| r.contains("changed during the call")),
             "{repairs:?}"
         );
     }

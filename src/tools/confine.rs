@@ -579,6 +579,7 @@ fn check_protected(policy: &Policy, user: &str, path: &Path) -> Result<(), Confi
         .read_only
         .iter()
         .chain(&policy.pinned)
+        .chain(&policy.absent)
         .filter(|p| !policy.workspace.starts_with(p))
         .find(|p| path.starts_with(p))
     {
@@ -1132,6 +1133,23 @@ mod tests {
         assert!(!fx.ws.join(".git/hooks/pre-commit").exists());
         // Reading them is fine.
         assert!(read(&fx, ".git/config").is_ok());
+    }
+
+    /// A protected path that must stay absent (a profile's, not there yet) is not made,
+    /// nor anything beneath it.
+    #[test]
+    fn a_protected_path_that_must_stay_absent_is_not_made() {
+        let fx = Fixture::new();
+        let mut policy = (*fx.policy).clone();
+        policy
+            .absent
+            .extend([fx.ws.join(".envrc"), fx.ws.join("later")]);
+        for path in [".envrc", "later/x"] {
+            let err = open_write(&policy, path, WriteMode::Create { parents: true }).unwrap_err();
+            assert_eq!(err.kind(), "protected_path", "{path}: {err}");
+            assert!(err.to_string().contains("protected path"), "{err}");
+        }
+        assert!(!fx.ws.join(".envrc").exists() && !fx.ws.join("later").exists());
     }
 
     #[test]

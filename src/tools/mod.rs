@@ -378,11 +378,36 @@ impl Toolbox {
             // read, replace and write over each other (lost updates, reads of a file
             // caught truncated). They are quick; a poisoned lock only means one panicked.
             let _one_at_a_time = FILE_TOOLS.lock().unwrap_or_else(|e| e.into_inner());
-            T::run(&policy, args)
+            if T::is_read_only() {
+                return T::run(&policy, args);
+            }
+            // A write can complete a nested repository the host's `git status` walks
+            // into (its config, its hooks): checked after it as after a command.
+            let checks = crate::sandbox::nested_repo_checks(&policy);
+            let result = T::run(&policy, args);
+            let repairs: Vec<String> = checks.into_iter().flat_map(|c| c.run()).collect();
+            with_repairs(result, repairs)
         })
         .await
         .unwrap_or_else(|e| ToolResult::error(format!("{} failed: {e}", T::NAME)))
     }
+}
+
+/// A file tool's result with what the nested-repository check moved aside after it, told
+/// as a command's repairs are.
+fn with_repairs(mut result: ToolResult, repairs: Vec<String>) -> ToolResult {
+    if repairs.is_empty() {
+        return result;
+    }
+    for repair in &repairs {
+        result.text.push_str(&format!(
+            "\n[the write changed a protected path; chitti restored it: {repair}]"
+        ));
+    }
+    if let Some(content) = result.content.as_object_mut() {
+        content.insert("protected_paths_restored".into(), json!(repairs));
+    }
+    result
 }
 
 /// The error of a call whose policy cannot be resolved.
@@ -1092,6 +1117,49 @@ mod tests {
         let r = tb.call("read_file", json!({"path": "../../outside"})).await;
         assert!(!r.ok);
         assert_eq!(r.content["kind"], "outside_workspace");
+    }
+
+    /// A write that completes a staged nested repository (here its config, in a git
+    /// directory with another name than `.git`) is checked as a command is: the config
+    /// the host's `git status` would run is moved aside, and the result says so.
+    #[tokio::test]
+    async fn a_write_into_a_nested_repository_s_git_directory_is_undone() {
+        let git = |dir: &std::path::Path, args: &[&str]| {
+            let out = std::process::Command::new("git")
+                .args(["-c", "user.name=t", "-c", "user.email=t@t"])
+                .args(args)
+                .current_dir(dir)
+                .env("GIT_CONFIG_NOSYSTEM", "1")
+                .env("HOME", dir)
+                .output()
+                .unwrap();
+            assert!(out.status.success(), "git {args:?}: {out:?}");
+        };
+        let fx = Fixture::with_profile("workspace-write", |ws| {
+            git(ws, &["init", "-q"]);
+            std::fs::create_dir(ws.join("sub")).unwrap();
+            git(
+                &ws.join("sub"),
+                &["init", "-q", "--separate-git-dir", "../subgd"],
+            );
+            git(
+                &ws.join("sub"),
+                &["commit", "-q", "--allow-empty", "-m", "s"],
+            );
+            git(ws, &["add", "sub"]);
+        });
+        let tb = Toolbox::new(fx.policy.clone(), Backend::None);
+        let config = "[core]\n\tfsmonitor = \"touch pwned; false\"\n";
+        let r = tb
+            .call(
+                "write_file",
+                json!({"path": "subgd/config", "content": config}),
+            )
+            .await;
+        assert!(!fx.ws.join("subgd/config").exists(), "{}", r.text);
+        let restored = r.content["protected_paths_restored"].to_string();
+        assert!(restored.contains("subgd/config"), "{}", r.content);
+        assert!(r.text.contains("chitti restored it"), "{}", r.text);
     }
 
     #[test]
