@@ -852,6 +852,61 @@ print("returned", r, e, flush=True)
     );
 }
 
+/// Settings of the whole host under /proc that the kernel lets host uid 0 write by file
+/// mode alone, with no capability: a sysctl (`kernel.core_pattern` would run a program of
+/// the sandbox's as root outside every namespace; a harmless one stands in for it) and the
+/// default IRQ affinity. Judged by the host's values; whatever changed is put back.
+#[backends]
+fn escape_write_host_kernel_settings(backend: &str) {
+    struct Settings(Vec<(&'static str, String)>);
+    impl Drop for Settings {
+        fn drop(&mut self) {
+            for (path, value) in &self.0 {
+                if std::fs::read_to_string(path).ok().as_deref() != Some(value) {
+                    let _ = std::fs::write(path, value);
+                }
+            }
+        }
+    }
+    let paths = [
+        "/proc/sys/kernel/printk_ratelimit_burst",
+        "/proc/irq/default_smp_affinity",
+    ];
+    let before = Settings(
+        paths
+            .iter()
+            .filter_map(|&p| std::fs::read_to_string(p).ok().map(|v| (p, v)))
+            .collect(),
+    );
+    assert!(
+        !before.0.is_empty(),
+        "none of {paths:?} can be read here, so the test cannot judge"
+    );
+    let burst: u64 = before
+        .0
+        .iter()
+        .find(|(p, _)| p.ends_with("burst"))
+        .and_then(|(_, v)| v.trim().parse().ok())
+        .unwrap_or(10);
+    let fx = Fixture::new();
+    let ran = fx.chitti(backend).sh(&format!(
+        "echo {} > /proc/sys/kernel/printk_ratelimit_burst && echo sysctl written; \
+         echo 1 > /proc/irq/default_smp_affinity && echo irq affinity written; \
+         echo {DONE}",
+        burst + 1
+    ));
+    ran.assert_probe_ran();
+    let after: Vec<(&str, String)> = before
+        .0
+        .iter()
+        .map(|(p, _)| (*p, std::fs::read_to_string(p).unwrap_or_default()))
+        .collect();
+    assert_eq!(
+        after, before.0,
+        "ESCAPE (a kernel setting of the whole host written from the sandbox)\n{ran}"
+    );
+}
+
 // ---------------------------------------------------------------------------------------
 // Privileges, seen from the host in /proc/<pid>/status of the sandboxed process
 // ---------------------------------------------------------------------------------------

@@ -162,6 +162,26 @@ pub async fn writes(lab: &Lab, out: &mut Vec<Check>) {
         ("~/.bashrc was written", "~/.bashrc untouched"),
     ));
 
+    // A sysctl of the whole host that uid 0 may write by file mode alone (as
+    // `kernel.core_pattern`, which runs a program as root outside every namespace): a
+    // harmless one, put back at once should it change.
+    let burst = Path::new("/proc/sys/kernel/printk_ratelimit_burst");
+    if let Ok(before) = std::fs::read_to_string(burst) {
+        let raised = before.trim().parse::<u64>().unwrap_or(10) + 1;
+        let tried = attempt(lab, &format!("echo {raised} > {}", burst.display())).await;
+        let now = std::fs::read_to_string(burst).unwrap_or_default();
+        if now != before {
+            let _ = std::fs::write(burst, &before);
+        }
+        out.push(denied(
+            "write: the host's kernel settings (/proc/sys)",
+            "denied",
+            tried,
+            now != before,
+            ("the host's sysctl changed", "the host's sysctl unchanged"),
+        ));
+    }
+
     let host_tmp = Path::new("/tmp").join(format!("{}-tmp", lab.marker));
     let r = run(
         lab,
