@@ -44,3 +44,28 @@ pub fn allocator_survives_fork() {
         REGISTERED.call_once(|| unsafe { dlmalloc::enable_alloc_after_fork() });
     }
 }
+
+/// For tests: in a forked child, `setup`, then `check`, whose answer becomes the exit
+/// status (0 when it holds, 3 when `setup` failed, 2 when either panicked, 1 otherwise).
+/// For what must not touch the test process: its namespaces, its limits.
+#[cfg(all(test, target_os = "linux"))]
+pub(crate) fn in_a_child(setup: impl FnOnce() -> bool, check: impl FnOnce() -> bool) -> i32 {
+    allocator_survives_fork();
+    let pid = unsafe { libc::fork() };
+    if pid == 0 {
+        // Never back into the test harness's copy.
+        let code = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            if !setup() {
+                3
+            } else if check() {
+                0
+            } else {
+                1
+            }
+        }));
+        unsafe { libc::_exit(code.unwrap_or(2)) };
+    }
+    let mut status = 0;
+    assert_eq!(unsafe { libc::waitpid(pid, &mut status, 0) }, pid);
+    libc::WEXITSTATUS(status)
+}

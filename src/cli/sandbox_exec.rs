@@ -182,14 +182,22 @@ pub fn run(args: ExecArgs) -> i32 {
                 );
             }
             let signal = RECEIVED_SIGNAL.load(std::sync::atomic::Ordering::Relaxed);
-            let exit_code = if outcome.cancelled && signal != 0 {
+            let mut exit_code = if outcome.cancelled && signal != 0 {
                 128 + signal
             } else {
                 outcome.exit_code
             };
+            let error = unrepaired_error(&outcome.repairs, exit_code);
+            if let Some(error) = &error {
+                report_error(error);
+                exit_code = 125;
+            }
             if args.json {
                 let mut json = outcome_json(&outcome, &profile);
                 json["exit_code"] = exit_code.into();
+                if let Some(error) = error {
+                    json["error"] = error.into();
+                }
                 super::out(&format!("{json}\n"));
             }
             exit_code
@@ -205,6 +213,18 @@ pub fn run(args: ExecArgs) -> i32 {
             e.exit_code()
         }
     }
+}
+
+/// The call's error when a protected path was left as the command made it: the call did
+/// not keep its promise, whatever the command's own exit code.
+fn unrepaired_error(repairs: &[String], exit_code: i32) -> Option<String> {
+    repairs.iter().any(|r| sandbox::is_unrepaired(r)).then(|| {
+        format!(
+            "the command changed protected paths that chitti could not put back (the lines \
+             above say which, and why; the command exited with {exit_code}). Do not run git \
+             there before you have checked them by hand"
+        )
+    })
 }
 
 /// A terminal on stdin is never handed over; piped data is.
@@ -290,3 +310,29 @@ fn hold_termination_signals() {
 
 /// The signal that stopped the call, so that chitti exits 128+N for it like a shell.
 static RECEIVED_SIGNAL: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32::new(0);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Repairs made are no error; one that could not be made fails the call (125), and
+    /// the message keeps the command's own exit code.
+    #[test]
+    fn a_repair_that_could_not_be_made_is_the_call_s_error() {
+        let made = vec!["restored /w/.git/config".to_string()];
+        assert_eq!(unrepaired_error(&made, 0), None);
+        let failed = vec![
+            made[0].clone(),
+            sandbox::unrepaired("could not restore /w/.git/hooks: No space left on device"),
+        ];
+        let error = unrepaired_error(&failed, 3).expect("an error");
+        assert!(error.contains("could not put back") && error.contains("exited with 3"));
+        assert!(sandbox::is_unrepaired(&failed[1]) && !sandbox::is_unrepaired(&made[0]));
+        let told = crate::tools::execute_bash::repair_line("command", &failed[1]);
+        assert!(
+            told.contains("could NOT put it back: could not restore"),
+            "{told}"
+        );
+        assert!(!told.contains(sandbox::UNREPAIRED), "{told}");
+    }
+}

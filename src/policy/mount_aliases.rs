@@ -557,30 +557,6 @@ mod tests {
         listed
     }
 
-    /// In a forked child: `setup`, then `check`, whose answer becomes the exit status
-    /// (0 when it holds, 3 when `setup` failed, 2 when either panicked, 1 otherwise).
-    #[cfg(target_os = "linux")]
-    fn in_a_child(setup: impl FnOnce() -> bool, check: impl FnOnce() -> bool) -> i32 {
-        crate::allocator_survives_fork();
-        let pid = unsafe { libc::fork() };
-        if pid == 0 {
-            // Never back into the test harness's copy.
-            let code = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                if !setup() {
-                    3
-                } else if check() {
-                    0
-                } else {
-                    1
-                }
-            }));
-            unsafe { libc::_exit(code.unwrap_or(2)) };
-        }
-        let mut status = 0;
-        assert_eq!(unsafe { libc::waitpid(pid, &mut status, 0) }, pid);
-        libc::WEXITSTATUS(status)
-    }
-
     /// A mount namespace of the calling process's own (in a user namespace when not
     /// root), where `from` is also mounted on `to`; then, with `chroot`, `chroot` there
     /// (with /proc at its `proc`).
@@ -639,7 +615,7 @@ mod tests {
             (libc::major(dev), libc::minor(dev))
         };
         let before = count(&here, device);
-        let code = in_a_child(
+        let code = crate::in_a_child(
             || bind_mounted(&from, &to, None),
             || {
                 let listed = devices_listed();
@@ -688,7 +664,7 @@ mod tests {
         }
         std::fs::write(from.join("secret"), "").unwrap();
         let hidden = [PathBuf::from("/sub/secret")];
-        let code = in_a_child(
+        let code = crate::in_a_child(
             || bind_mounted(&from, &to, Some(&jail)),
             || {
                 let table = read_mount_table().unwrap();

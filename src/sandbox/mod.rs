@@ -493,6 +493,20 @@ fn unsandboxed(
     })
 }
 
+/// How an after-call line begins that could not put a protected path back (or move a
+/// plant aside): the call then broke its promise, and `sandbox exec` fails with 125.
+pub const UNREPAIRED: &str = "NOT REPAIRED: ";
+
+/// `what` as a line that says a repair failed (see [`UNREPAIRED`]).
+pub fn unrepaired(what: impl std::fmt::Display) -> String {
+    format!("{UNREPAIRED}{what}")
+}
+
+/// Whether an after-call line says a repair failed.
+pub fn is_unrepaired(line: &str) -> bool {
+    line.starts_with(UNREPAIRED)
+}
+
 /// The after-call checks every sandboxed launch gets: nested repositories staged or
 /// changed during the call lose their config and hooks.
 pub fn nested_repo_checks(policy: &Policy) -> Vec<Box<dyn AfterCall>> {

@@ -462,11 +462,11 @@ impl NestedRepoGuard {
                         path.display(),
                         aside.display(),
                     )),
-                    Err(e) => repairs.push(format!(
+                    Err(e) => repairs.push(super::unrepaired(format_args!(
                         "{}: could not move {} aside ({why}): {e}; do not run git there",
                         repo.label,
                         path.display(),
-                    )),
+                    ))),
                 }
             }
         }

@@ -245,7 +245,10 @@ impl Snapshot {
         let mut lines = std::mem::take(&mut self.notes);
         match self.member.take() {
             Some(member) => {
-                let (repairs, trouble) = member.leave(|| self.put_back());
+                let (repairs, trouble) = member.leave_unless_failed(
+                    || self.put_back(),
+                    |repairs| repairs.iter().any(|r| super::is_unrepaired(r)),
+                );
                 lines.extend(repairs);
                 lines.extend(trouble);
             }
@@ -294,11 +297,11 @@ impl Snapshot {
                     continue;
                 }
                 Err(e) => {
-                    repairs.push(format!(
+                    repairs.push(super::unrepaired(format_args!(
                         "could not restore {}: {}",
                         path.display(),
                         unreachable_path(path, e)
-                    ));
+                    )));
                     continue;
                 }
             };
@@ -311,7 +314,10 @@ impl Snapshot {
                         }
                         repairs.push(match at.replace_file(bytes, *mode) {
                             Ok(()) => format!("restored {}{}", path.display(), origin(entry)),
-                            Err(e) => format!("could not restore {}: {e}", path.display()),
+                            Err(e) => super::unrepaired(format_args!(
+                                "could not restore {}: {e}",
+                                path.display()
+                            )),
                         });
                     }
                 }
@@ -469,10 +475,10 @@ fn move_aside(at: &At, path: &Path, what: &str, repairs: &mut Vec<String>) -> bo
             true
         }
         Err(e) => {
-            repairs.push(format!(
+            repairs.push(super::unrepaired(format_args!(
                 "could not move the {what} {} aside or remove it: {e}; do not run git there",
                 path.display()
-            ));
+            )));
             false
         }
     }
@@ -491,11 +497,11 @@ fn restore_pinned(
     let at = match At::locate(path) {
         Ok(at) => at,
         Err(e) => {
-            repairs.push(format!(
+            repairs.push(super::unrepaired(format_args!(
                 "could not put back {}: {}",
                 path.display(),
                 unreachable_path(path, e)
-            ));
+            )));
             return false;
         }
     };
@@ -519,7 +525,10 @@ fn restore_pinned(
         }
         Ok(None) => {}
         Err(e) => {
-            repairs.push(format!("could not stat {}: {e}", path.display()));
+            repairs.push(super::unrepaired(format_args!(
+                "could not stat {}: {e}",
+                path.display()
+            )));
             return false;
         }
     }
@@ -556,11 +565,11 @@ fn restore_pinned(
             true
         }
         Err(e) => {
-            repairs.push(format!(
+            repairs.push(super::unrepaired(format_args!(
                 "could not move {} back to {}: {e}",
                 current.display(),
                 path.display()
-            ));
+            )));
             false
         }
     }
@@ -580,7 +589,10 @@ fn restore_mode(
     }
     repairs.push(match at.set_mode(mode) {
         Ok(()) => format!("restored the mode of {}", path.display()),
-        Err(e) => format!("could not restore the mode of {}: {e}", path.display()),
+        Err(e) => super::unrepaired(format_args!(
+            "could not restore the mode of {}: {e}",
+            path.display()
+        )),
     });
 }
 
@@ -644,7 +656,10 @@ fn restore_dir(
 ) -> bool {
     let mut changed = false;
     let mut fail = |what: &Path, e: std::io::Error| {
-        failures.push(format!("could not restore {}: {e}", what.display()));
+        failures.push(super::unrepaired(format_args!(
+            "could not restore {}: {e}",
+            what.display()
+        )));
     };
     match at.stat() {
         Ok(Some(found)) if found.is_dir() => {
@@ -805,7 +820,7 @@ mod tests {
         let repairs = snap.restore();
 
         assert!(
-            repairs.iter().all(|r| !r.starts_with("could not")),
+            repairs.iter().all(|r| !crate::sandbox::is_unrepaired(r)),
             "{repairs:?}"
         );
         let meta = std::fs::symlink_metadata(git.join("config")).unwrap();
@@ -1068,6 +1083,48 @@ mod tests {
                 .any(|l| l.contains("before a call that ended without its repairs")),
             "{said:?}"
         );
+    }
+
+    /// A repair that fails (here: the original is larger than the process may write) is
+    /// said as one, and its record stays for the next call, which puts the path back:
+    /// that call must not take what the command left for the state before it.
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn a_failed_repair_is_said_and_left_for_the_next_call_to_make() {
+        let state = tempfile::tempdir().unwrap();
+        let ws = tempfile::tempdir().unwrap();
+        let git = ws.path().join(".git");
+        std::fs::create_dir_all(git.join("hooks")).unwrap();
+        let config = git.join("config");
+        let clean = format!("[core]\n{}", "\t# the user's own settings\n".repeat(20));
+        std::fs::write(&config, &clean).unwrap();
+        let protected = [config.clone(), git.join("hooks")];
+        let mut call = Snapshot::take_shared(state.path(), &[], &protected, &[]).unwrap();
+        std::fs::write(&config, "[core]\n\tfsmonitor = evil\n").unwrap(); // the command
+        let code = crate::in_a_child(
+            || unsafe {
+                // Files of at most 64 bytes: the repair of the config fails (EFBIG).
+                libc::signal(libc::SIGXFSZ, libc::SIG_IGN);
+                let limit = libc::rlimit {
+                    rlim_cur: 64,
+                    rlim_max: 64,
+                };
+                libc::setrlimit(libc::RLIMIT_FSIZE, &limit) == 0
+            },
+            || {
+                let said = call.restore();
+                said.iter()
+                    .any(|l| crate::sandbox::is_unrepaired(l) && l.contains("config"))
+            },
+        );
+        assert_eq!(code, 0, "the failed repair was not said as one");
+        assert_ne!(std::fs::read_to_string(&config).unwrap(), clean);
+        // This process's copy of the call: as if killed (the child left for it).
+        crate::sandbox::AfterCall::disarm(&mut call);
+        drop(call);
+        let mut next = Snapshot::take_shared(state.path(), &[], &protected, &[]).unwrap();
+        let said = next.restore();
+        assert_eq!(std::fs::read_to_string(&config).unwrap(), clean, "{said:?}");
     }
 
     /// A pinned directory replaced since a call that never finished recorded it (the user

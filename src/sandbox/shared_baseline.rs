@@ -507,16 +507,32 @@ impl Member {
     /// Runs the repairs with the store locked, then leaves: the records no running call
     /// uses any more go (those left over by calls that ended without their repairs stay).
     /// A store that cannot be locked does not stop the repairs.
-    pub fn leave<R>(mut self, repairs: impl FnOnce() -> R) -> (R, Option<String>) {
-        self.armed = false;
-        self.leave_now(repairs)
+    pub fn leave<R>(self, repairs: impl FnOnce() -> R) -> (R, Option<String>) {
+        self.leave_unless_failed(repairs, |_| false)
     }
 
-    fn leave_now<R>(&self, repairs: impl FnOnce() -> R) -> (R, Option<String>) {
+    /// [`Member::leave`]; but where `failed` says the repairs did not all succeed, this
+    /// call's records stay, as a killed call's do, for the next call protecting those
+    /// paths to adopt and put back (rather than that call recording what was left).
+    pub fn leave_unless_failed<R>(
+        mut self,
+        repairs: impl FnOnce() -> R,
+        failed: impl FnOnce(&R) -> bool,
+    ) -> (R, Option<String>) {
+        self.armed = false;
+        self.leave_now(repairs, failed)
+    }
+
+    fn leave_now<R>(
+        &self,
+        repairs: impl FnOnce() -> R,
+        failed: impl FnOnce(&R) -> bool,
+    ) -> (R, Option<String>) {
         let file = &self.file;
         let step = lock_byte(file, STEP, libc::F_WRLCK, Some(PATIENCE));
         let done = repairs();
         let left = match step {
+            Ok(_) if failed(&done) => Ok(()),
             Ok(_) => self.drop_own_records(),
             Err(e) => Err(store_error(&self.dir, "leave the record", e)),
         };
@@ -581,7 +597,7 @@ fn whole_file(records: &Records, generation: u64) -> Vec<u8> {
 impl Drop for Member {
     fn drop(&mut self) {
         if self.armed {
-            let ((), _) = self.leave_now(|| ());
+            let ((), _) = self.leave_now(|| (), |_| false);
         }
     }
 }

@@ -135,6 +135,18 @@ pub async fn run(toolbox: &Toolbox, args: Args, cancel: impl Future<Output = ()>
     }
 }
 
+/// How a model is told of one after-call repair of what a `who` (the command, a write)
+/// did, or of one that failed.
+pub fn repair_line(who: &str, repair: &str) -> String {
+    match repair.strip_prefix(sandbox::UNREPAIRED) {
+        Some(failure) => format!(
+            "[the {who} changed a protected path and chitti could NOT put it back: {failure}. \
+             Tell the user; git must not be run there until they have checked it]"
+        ),
+        None => format!("[the {who} changed a protected path; chitti restored it: {repair}]"),
+    }
+}
+
 fn render(outcome: &Outcome, timeout: Duration, cap: usize) -> ToolResult {
     let text_of = |c: &Captured| String::from_utf8_lossy(&c.bytes).into_owned();
     let (stdout, stderr) = (text_of(&outcome.stdout), text_of(&outcome.stderr));
@@ -199,9 +211,8 @@ fn render(outcome: &Outcome, timeout: Duration, cap: usize) -> ToolResult {
         text.push_str("(no output)\n");
     }
     for repair in &outcome.repairs {
-        text.push_str(&format!(
-            "[the command changed a protected path; chitti restored it: {repair}]\n"
-        ));
+        text.push_str(&repair_line("command", repair));
+        text.push('\n');
     }
     text.push_str(&format!(
         "(wall time {:.2} s)\n",

@@ -400,9 +400,10 @@ fn with_repairs(mut result: ToolResult, repairs: Vec<String>) -> ToolResult {
         return result;
     }
     for repair in &repairs {
-        result.text.push_str(&format!(
-            "\n[the write changed a protected path; chitti restored it: {repair}]"
-        ));
+        result.text.push('\n');
+        result
+            .text
+            .push_str(&execute_bash::repair_line("write", repair));
     }
     if let Some(content) = result.content.as_object_mut() {
         content.insert("protected_paths_restored".into(), json!(repairs));
