@@ -36,21 +36,6 @@ fn kind_of(path: &Path) -> PathKind {
 /// host's: what the host has there is not in the sandbox, unless bound back.
 pub const FRESH_DIRS: [&str; 4] = ["/tmp", "/run", "/dev", "/proc"];
 
-/// Kernel settings under the fresh /proc that are global to the host, kept read-only.
-/// The kernel lets host uid 0 write sysctls (`kernel.core_pattern`, which runs a program as
-/// root outside every namespace), IRQ affinities and the like by file mode alone, no
-/// capability needed; run by root, the sandbox's uid 0 is host uid 0. bubblewrap 0.8
-/// covers some of these itself only where a write-access probe of the directory succeeds,
-/// which procfs always refuses, so it never does. The list is container runtimes' own.
-pub const PROC_READ_ONLY: [&str; 6] = [
-    "/proc/sys",
-    "/proc/sysrq-trigger",
-    "/proc/irq",
-    "/proc/bus",
-    "/proc/fs",
-    "/proc/acpi",
-];
-
 pub fn args(policy: &Policy, call: &CallArgs, command: &[OsString]) -> Vec<OsString> {
     args_with(policy, call, command, kind_of)
 }
@@ -86,10 +71,13 @@ pub fn args_with(
     a.pair("--ro-bind", "/", "/");
     a.one("--dev", "/dev");
     a.one("--proc", "/proc");
-    for path in PROC_READ_ONLY {
-        // Only where the kernel has it (no sysrq-trigger without CONFIG_MAGIC_SYSRQ).
-        a.pair("--ro-bind-try", path, path);
-    }
+    // Read-only, as on landlock (whose rules grant no write there): the kernel lets host
+    // uid 0 write sysctls (`kernel.core_pattern`, which runs a program as root outside
+    // every namespace), IRQ affinities and the like by file mode alone, no capability
+    // needed, and run by root the sandbox's uid 0 is host uid 0. bubblewrap 0.8 covers
+    // /proc/sys itself only where a write-access probe of the directory succeeds, which
+    // procfs always refuses.
+    a.one("--remount-ro", "/proc");
     a.one("--tmpfs", "/tmp");
     if !policy.private_tmp {
         a.one("--remount-ro", "/tmp");
@@ -253,11 +241,8 @@ mod tests {
             render(&policy(false)),
             "--new-session --die-with-parent --unshare-user --disable-userns --unshare-pid \
              --unshare-ipc --unshare-uts --unshare-cgroup-try --unshare-net --cap-drop ALL \
-             --ro-bind / / --dev /dev --proc /proc --ro-bind-try /proc/sys /proc/sys \
-             --ro-bind-try /proc/sysrq-trigger /proc/sysrq-trigger \
-             --ro-bind-try /proc/irq /proc/irq --ro-bind-try /proc/bus /proc/bus \
-             --ro-bind-try /proc/fs /proc/fs --ro-bind-try /proc/acpi /proc/acpi \
-             --tmpfs /tmp --tmpfs /run --remount-ro /run \
+             --ro-bind / / --dev /dev --proc /proc --remount-ro /proc --tmpfs /tmp \
+             --tmpfs /run --remount-ro /run \
              --bind /w /w --bind /w/.git /w/.git --ro-bind /w/.git/hooks /w/.git/hooks \
              --ro-bind /w/.git/config /w/.git/config --tmpfs /h/.ssh --remount-ro /h/.ssh \
              --ro-bind /dev/null /h/.netrc --chdir /w/src --add-seccomp-fd 5 \

@@ -285,6 +285,8 @@ pub fn probe_bwrap(bwrap: &Path) -> Result<(), String> {
             "/dev",
             "--proc",
             "/proc",
+            "--remount-ro",
+            "/proc",
             "--tmpfs",
             "/tmp",
             "--",
@@ -321,8 +323,10 @@ impl ProbeCache {
             .unwrap_or(0);
         ProbeCache {
             path: ProbeCache::path(state_dir),
+            // `probe`: bumped when the probe's own flags change, so that a memo of an
+            // older probe is not taken for this one.
             key: format!(
-                "boot={} uid={} bwrap={} mtime={mtime}\n",
+                "probe=2 boot={} uid={} bwrap={} mtime={mtime}\n",
                 boot.trim(),
                 nix::unistd::geteuid(),
                 bwrap.display()
