@@ -10,6 +10,7 @@
 //!
 //! stdout carries the protocol and nothing else; logs go to stderr.
 
+mod bad_input;
 mod eof;
 mod handler;
 
@@ -40,7 +41,7 @@ pub async fn serve(
         // reactor instead of a blocking thread per message.
         let (stdin, stdout) = rmcp::transport::stdio_pipes();
         let stdin = eof::EofSignal {
-            inner: stdin,
+            inner: bad_input::ReportBadLines::new(stdin),
             on_eof: tools.shutdown_token(),
         };
         let running = tools
