@@ -89,8 +89,7 @@ impl<R: AsyncRead + Unpin> AsyncRead for ReportBadLines<R> {
         let before = buf.filled().len();
         let polled = Pin::new(&mut self.inner).poll_read(cx, buf);
         if let Poll::Ready(Ok(())) = &polled {
-            let new = buf.filled()[before..].to_vec();
-            self.take(&new);
+            self.take(&buf.filled()[before..]);
         }
         polled
     }
