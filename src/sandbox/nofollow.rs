@@ -283,17 +283,7 @@ impl<'a> Entry<'a> {
     pub fn remove(&self) -> io::Result<()> {
         match self.stat()? {
             None => Ok(()),
-            Some(found) if found.is_dir() => {
-                let dir = self.open_dir()?;
-                for name in list(&dir)? {
-                    Entry::in_dir(dir.as_fd(), &name).remove()?;
-                }
-                Ok(rustix::fs::unlinkat(
-                    &self.dir,
-                    &self.name,
-                    AtFlags::REMOVEDIR,
-                )?)
-            }
+            Some(found) if found.is_dir() => remove_tree(self.dir.as_fd(), &self.name),
             Some(_) => Ok(rustix::fs::unlinkat(
                 &self.dir,
                 &self.name,
@@ -364,6 +354,63 @@ impl Locator {
         let (_, dir) = self.last.as_ref().expect("set above");
         Ok(Entry::in_dir(dir.as_fd(), name))
     }
+}
+
+/// Removes the directory `name` of `parent` with everything in it, holding two directory
+/// descriptors at most however deep it goes (a command can plant a tree deeper than the
+/// descriptors a process may hold open): down by name, back up through `..`, each step up
+/// checked against the directory it came down from, so that a tree moved meanwhile ends
+/// the removal instead of leading it elsewhere.
+fn remove_tree(parent: BorrowedFd, name: &OsStr) -> io::Result<()> {
+    let open = |dir: BorrowedFd, name: &OsStr| {
+        rustix::fs::openat(
+            dir,
+            name,
+            OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+            Mode::empty(),
+        )
+    };
+    let id = |dir: &OwnedFd| rustix::fs::fstat(dir).map(|st| (st.st_dev, st.st_ino));
+    // The names taken below `name`, each with the directory it was taken in.
+    let mut below: Vec<(OsString, (u64, u64))> = Vec::new();
+    let mut dir = open(parent, name)?;
+    let mut dir_id = id(&dir)?;
+    loop {
+        // Everything but directories goes at once; then down into a directory, if any.
+        let mut sub = None;
+        for entry in list(&dir)? {
+            match rustix::fs::statat(&dir, &entry, AtFlags::SYMLINK_NOFOLLOW) {
+                Ok(st) if FileType::from_raw_mode(st.st_mode) == FileType::Directory => {
+                    sub = Some(entry);
+                }
+                Ok(_) => rustix::fs::unlinkat(&dir, &entry, AtFlags::empty())?,
+                Err(rustix::io::Errno::NOENT) => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+        if let Some(sub) = sub {
+            let down = open(dir.as_fd(), &sub)?;
+            below.push((sub, dir_id));
+            dir_id = id(&down)?;
+            dir = down;
+            continue;
+        }
+        // Empty: out of it, and it goes.
+        let Some((emptied, up_id)) = below.pop() else {
+            break;
+        };
+        let up = open(dir.as_fd(), OsStr::new(".."))?;
+        if id(&up)? != up_id {
+            return Err(io::Error::other(
+                "a directory was moved while chitti was removing it",
+            ));
+        }
+        rustix::fs::unlinkat(&up, &emptied, AtFlags::REMOVEDIR)?;
+        dir = up;
+        dir_id = up_id;
+    }
+    drop(dir);
+    Ok(rustix::fs::unlinkat(parent, name, AtFlags::REMOVEDIR)?)
 }
 
 /// The names in a directory opened with [`Entry::open_dir`], `.` and `..` left out.
@@ -500,5 +547,30 @@ mod tests {
             .map(|e| e.unwrap().file_name())
             .collect();
         assert_eq!(left.len(), 2, "no staging file left behind: {left:?}");
+    }
+
+    /// A tree deeper than the descriptors the process may hold goes whole, files and
+    /// symlinks in it removed, never followed (run where at most 32 may be open).
+    #[test]
+    fn a_tree_deeper_than_the_open_descriptor_limit_is_removed() {
+        let (_dir, root) = tree();
+        let planted = root.join("real/planted");
+        let deep: std::path::PathBuf = std::iter::repeat_n("d", 200).collect();
+        std::fs::create_dir_all(planted.join(&deep)).unwrap();
+        std::fs::write(planted.join(&deep).join("file"), "x").unwrap();
+        symlink(root.join("outside"), planted.join("d/d/link")).unwrap();
+        let code = crate::in_a_child(
+            || unsafe {
+                let limit = libc::rlimit {
+                    rlim_cur: 32,
+                    rlim_max: 32,
+                };
+                libc::setrlimit(libc::RLIMIT_NOFILE, &limit) == 0
+            },
+            || Entry::locate(&planted).and_then(|e| e.remove()).is_ok(),
+        );
+        assert_eq!(code, 0, "the removal failed");
+        assert!(!planted.exists());
+        assert!(root.join("real/file").exists() && root.join("outside/file").exists());
     }
 }

@@ -12,6 +12,7 @@
 //! roots. Pinned directories are put back shallowest first, so that the paths inside them
 //! lead through the original directories again before anything in them is repaired.
 
+use std::collections::HashSet;
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
 
@@ -622,9 +623,12 @@ fn dir_matches(at: &At, mode: u32, tree: &[TreeItem]) -> bool {
     let Ok(dir) = at.open_dir() else {
         return false;
     };
+    // More entries than the record holds already decide it: the walk stops there.
     let mut now = Vec::new();
-    walk_any(&dir, Path::new(""), &mut now);
-    if now.len() != tree.len() || !now.iter().all(|rel| tree.iter().any(|i| i.rel == *rel)) {
+    if !walk_any(&dir, Path::new(""), &mut now, tree.len())
+        || now.len() != tree.len()
+        || !now.iter().all(|rel| tree.iter().any(|i| i.rel == *rel))
+    {
         return false;
     }
     tree.iter().all(|item| {
@@ -685,17 +689,14 @@ fn restore_dir(
             return true;
         }
     };
-    // Remove what was not there before (deepest first).
-    let mut now = Vec::new();
-    walk_any(&dir, Path::new(""), &mut now);
-    for rel in now.iter().rev() {
-        if !tree.iter().any(|item| item.rel == *rel) {
-            if let Err(e) = At::beneath(dir.as_fd(), rel).and_then(|x| x.remove()) {
-                fail(&path.join(rel), e);
-            }
-            changed = true;
+    // Remove what was not there before.
+    let recorded: HashSet<&Path> = tree.iter().map(|item| item.rel.as_path()).collect();
+    remove_unrecorded(&dir, Path::new(""), &recorded, &mut |rel, removed| {
+        if let Err(e) = removed {
+            fail(&path.join(rel), e);
         }
-    }
+        changed = true;
+    });
     for TreeItem {
         rel,
         contents,
@@ -741,20 +742,50 @@ fn restore_dir(
     changed
 }
 
-/// Every path under the directory `dir` (any type), relative, parents before children;
-/// directories are entered only as themselves, never through a symlink.
-fn walk_any(dir: &OwnedFd, rel: &Path, out: &mut Vec<PathBuf>) {
+/// Removes, beneath `dir` (at `rel` in the protected directory), each entry the record does
+/// not hold, whole, and tells `removed` of each. Only directories the record holds are
+/// entered, so the work is the record's size and what goes, however deep a planted tree.
+fn remove_unrecorded(
+    dir: &OwnedFd,
+    rel: &Path,
+    recorded: &HashSet<&Path>,
+    removed: &mut impl FnMut(&Path, std::io::Result<()>),
+) {
     let Ok(names) = nofollow::list(dir) else {
         return;
     };
     for name in names {
+        let child = rel.join(&name);
+        let entry = At::in_dir(dir.as_fd(), &name);
+        if !recorded.contains(child.as_path()) {
+            removed(&child, entry.remove());
+        } else if let Ok(sub) = entry.open_dir() {
+            remove_unrecorded(&sub, &child, recorded, removed);
+        }
+    }
+}
+
+/// Every path under the directory `dir` (any type), relative, parents before children;
+/// directories are entered only as themselves, never through a symlink. False, with the
+/// walk cut short, once more than `limit` are found.
+fn walk_any(dir: &OwnedFd, rel: &Path, out: &mut Vec<PathBuf>, limit: usize) -> bool {
+    let Ok(names) = nofollow::list(dir) else {
+        return true;
+    };
+    for name in names {
+        if out.len() >= limit {
+            return false;
+        }
         let rel_child = rel.join(&name);
         out.push(rel_child.clone());
         let sub = At::in_dir(dir.as_fd(), &name).open_dir();
         if let Ok(sub) = sub {
-            walk_any(&sub, &rel_child, out);
+            if !walk_any(&sub, &rel_child, out, limit) {
+                return false;
+            }
         }
     }
+    true
 }
 
 #[cfg(test)]
@@ -1083,6 +1114,38 @@ mod tests {
                 .any(|l| l.contains("before a call that ended without its repairs")),
             "{said:?}"
         );
+    }
+
+    /// A tree planted in the hooks directory deeper than the descriptors the process may
+    /// hold is removed whole, and the recorded hooks stay (run where at most 64 may be
+    /// open; the work is the record's size and what goes, not the square of the depth).
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn a_deep_tree_planted_in_the_hooks_is_removed_whole() {
+        let ws = tempfile::tempdir().unwrap();
+        let hooks = ws.path().join(".git/hooks");
+        std::fs::create_dir_all(&hooks).unwrap();
+        std::fs::write(hooks.join("pre-commit.sample"), "#!/bin/sh\n").unwrap();
+        let mut call = Snapshot::take(&[], std::slice::from_ref(&hooks), &[]).unwrap();
+        let deep: PathBuf = std::iter::repeat_n("d", 300).collect();
+        std::fs::create_dir_all(hooks.join(&deep)).unwrap();
+        std::fs::write(hooks.join(&deep).join("pre-push"), "evil").unwrap();
+        let code = crate::in_a_child(
+            || unsafe {
+                let limit = libc::rlimit {
+                    rlim_cur: 64,
+                    rlim_max: 64,
+                };
+                libc::setrlimit(libc::RLIMIT_NOFILE, &limit) == 0
+            },
+            || {
+                let said = call.restore();
+                !said.iter().any(|l| crate::sandbox::is_unrepaired(l))
+            },
+        );
+        assert_eq!(code, 0, "the repair failed");
+        assert!(!hooks.join("d").exists());
+        assert!(hooks.join("pre-commit.sample").exists());
     }
 
     /// A repair that fails (here: the original is larger than the process may write) is
