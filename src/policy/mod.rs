@@ -691,7 +691,9 @@ impl Policy {
 
         // A directory on the way to a protected path that lies inside a writable root (the
         // workspace too, when another writable root holds it) can be moved or swapped for
-        // a symlink by the sandbox, taking the protected path with it: pin it as well.
+        // a symlink by the sandbox, taking the protected path with it: pin it as well, if
+        // it exists (one that does not, made into a symlink by the command, leaves the
+        // absent path beyond it out of reach of the repairs, which then fail the call).
         let protected: Vec<PathBuf> = pinned
             .iter()
             .chain(&read_only)
@@ -703,6 +705,7 @@ impl Policy {
                 if writable
                     .iter()
                     .any(|w| dir != w.as_path() && dir.starts_with(w))
+                    && std::fs::symlink_metadata(dir).is_ok()
                 {
                     push_unique(&mut pinned, dir.to_path_buf());
                 }
@@ -1092,6 +1095,7 @@ mod tests {
         assert!(p.absent.contains(&ws.join("later/x")), "{:?}", p.absent);
         assert!(!p.is_writable(&ws.join(".envrc")));
         assert!(p.is_writable(&ws.join("later/y")));
+        assert!(!p.pinned.contains(&ws.join("later")), "{:?}", p.pinned);
         assert!(!p.absent.contains(&home.join("elsewhere")));
         assert!(!p.read_only.contains(&home.join("elsewhere")));
     }

@@ -7,6 +7,7 @@
 pub mod bwrap_args;
 pub mod capabilities;
 pub mod cleanup;
+mod git_config;
 pub mod landlock_rules;
 #[cfg(target_os = "linux")]
 pub mod linux;

@@ -434,18 +434,18 @@ impl NestedRepoGuard {
                 || hooks_changed(self, &repo.git_dir.join("hooks"))
                 || self.replaced(&repo.git_dir);
             // A new worktree is the sandbox's own, like any repository it creates; a new
-            // gitlink is not, because the host's `git status` walks into it.
-            let quarantine = match repo.kind {
-                Kind::Gitlink => is_new || touched,
-                Kind::Worktree => !is_new && touched,
+            // gitlink is not, because the host's `git status` walks into it. Nor is an old
+            // one: an earlier call, or one running beside this, may have made or changed
+            // it, so what it holds is judged as well.
+            let why = match repo.kind {
+                Kind::Gitlink if is_new => Some("staged during the call".to_string()),
+                Kind::Gitlink if touched => Some("changed during the call".to_string()),
+                Kind::Gitlink => could_run_code(&repo.git_dir),
+                Kind::Worktree if !is_new && touched => Some("changed during the call".into()),
+                Kind::Worktree => None,
             };
-            if !quarantine {
+            let Some(why) = why else {
                 continue;
-            }
-            let why = if is_new {
-                "staged during the call"
-            } else {
-                "changed during the call"
             };
             for name in RISKY {
                 let path = repo.git_dir.join(name);
@@ -470,8 +470,51 @@ impl NestedRepoGuard {
                 }
             }
         }
-        repairs.extend(problems);
+        // A repository not checked may hold anything: said as a failed repair (the call
+        // fails), not as a note.
+        repairs.extend(problems.into_iter().map(super::unrepaired));
         repairs
+    }
+}
+
+/// Why a gitlink's git directory could make the host's git run a program: a config
+/// setting not known to run nothing, a hook, or a `commondir` (which hands git another
+/// repository's config and hooks). `None` when it holds none of these.
+fn could_run_code(git_dir: &Path) -> Option<String> {
+    for name in ["config", "config.worktree"] {
+        let path = git_dir.join(name);
+        let Ok(meta) = std::fs::symlink_metadata(&path) else {
+            continue;
+        };
+        let text = small_file(&path).map(|(_, text)| text);
+        let why = match text {
+            _ if !meta.is_file() => Some("it is not a regular file".to_string()),
+            None => Some("it cannot be read whole (over 1 MiB, or unreadable)".to_string()),
+            Some(text) => super::git_config::runs_code(&text),
+        };
+        if let Some(why) = why {
+            return Some(format!("its {name} could run a program on the host: {why}"));
+        }
+    }
+    if std::fs::symlink_metadata(git_dir.join("commondir")).is_ok() {
+        return Some("it has a commondir, which hands git another repository's config".into());
+    }
+    let hooks = git_dir.join("hooks");
+    match std::fs::symlink_metadata(&hooks) {
+        Err(_) => None,
+        Ok(meta) if !meta.is_dir() => Some("its hooks is not a directory".into()),
+        Ok(_) => std::fs::read_dir(&hooks)
+            .map_err(|e| format!("its hooks cannot be listed: {e}"))
+            .and_then(|entries| {
+                entries
+                    .flatten()
+                    .map(|e| e.file_name())
+                    .find(|name| !name.to_string_lossy().ends_with(".sample"))
+                    .map_or(Ok(()), |name| {
+                        Err(format!("it has a hook, hooks/{}", name.to_string_lossy()))
+                    })
+            })
+            .err(),
     }
 }
 
@@ -753,6 +796,68 @@ mod tests {
             repairs
                 .iter()
                 .any(|r| r.contains("changed during the call")),
+            "{repairs:?}"
+        );
+    }
+
+    /// A gitlink's repository found unchanged, but whose config or hooks could run a
+    /// program, is moved aside all the same: an earlier call, or one beside this one, may
+    /// have made it (here a worktree directory made by one call, staged by the next).
+    #[test]
+    fn an_old_gitlink_that_could_run_code_is_moved_aside_whatever_its_age() {
+        let (_dir, ws) = workspace_repo();
+        let evil = ws.join(".git/worktrees/evil");
+        std::fs::create_dir_all(&evil).unwrap();
+        git(&evil, &["init", "-q", "--bare"]);
+        git(&evil, &["config", "core.bare", "false"]);
+        std::fs::create_dir(ws.join("sub")).unwrap();
+        std::fs::write(ws.join("sub/.git"), format!("gitdir: {}\n", evil.display())).unwrap();
+        git(
+            &ws.join("sub"),
+            &["commit", "-q", "--allow-empty", "-m", "s"],
+        );
+        git(&evil, &["config", "core.fsmonitor", "touch pwned"]);
+        git(&ws, &["add", "sub"]);
+        // A hook in another, harmless-looking nested repository.
+        evil_repo(&ws.join("other"));
+        git(&ws.join("other"), &["config", "--unset", "core.fsmonitor"]);
+        std::fs::write(ws.join("other/.git/hooks/post-checkout"), "#!/bin/sh\n").unwrap();
+        git(&ws, &["add", "other"]);
+        std::thread::sleep(Duration::from_millis(100));
+        let guard = NestedRepoGuard::before(std::slice::from_ref(&ws));
+        let repairs = Box::new(guard).run();
+        assert!(!evil.join("config").exists(), "{repairs:?}");
+        assert!(
+            repairs.iter().any(|r| r.contains("core.fsmonitor")),
+            "{repairs:?}"
+        );
+        assert!(!ws.join("other/.git/hooks").exists(), "{repairs:?}");
+    }
+
+    /// Nesting deeper than the check goes fails the call instead of passing unchecked.
+    #[test]
+    fn nesting_deeper_than_the_check_goes_is_a_failed_repair() {
+        let (_dir, ws) = workspace_repo();
+        let mut dirs = vec![ws.clone()];
+        for level in 0..=MAX_DEPTH + 1 {
+            let dir = dirs.last().unwrap().join(format!("l{level}"));
+            std::fs::create_dir(&dir).unwrap();
+            git(&dir, &["init", "-q"]);
+            git(&dir, &["commit", "-q", "--allow-empty", "-m", "s"]);
+            dirs.push(dir);
+        }
+        for pair in dirs.windows(2).rev() {
+            git(
+                &pair[0],
+                &["add", pair[1].file_name().unwrap().to_str().unwrap()],
+            );
+        }
+        let guard = NestedRepoGuard::before(std::slice::from_ref(&ws));
+        let repairs = Box::new(guard).run();
+        assert!(
+            repairs
+                .iter()
+                .any(|r| super::super::is_unrepaired(r) && r.contains("deeper")),
             "{repairs:?}"
         );
     }

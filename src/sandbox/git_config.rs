@@ -1,0 +1,348 @@
+//! Whether a git config file could make the host's git run a program.
+//!
+//! A nested repository's git directory inside a writable root is the sandbox's to write,
+//! in this call or any earlier one, or in a call running beside it; the host's `git
+//! status` walks into it. Its age says nothing, so its contents are judged: every setting
+//! must be one known to run nothing. The list is of settings, not of dangers: one chitti
+//! does not know (or text it cannot read as git does) counts as able to run a program.
+
+/// Why `text` (a git config file) could make git run a program, or `None` when every
+/// setting in it is known to run none.
+pub fn runs_code(text: &[u8]) -> Option<String> {
+    let text = match std::str::from_utf8(text) {
+        Ok(text) => text,
+        Err(_) => return Some("it is not UTF-8 text".into()),
+    };
+    let mut section: Option<(String, Option<String>)> = None;
+    for (number, raw) in logical_lines(text) {
+        let line = raw.trim_start();
+        if line.is_empty() || line.starts_with('#') || line.starts_with(';') {
+            continue;
+        }
+        if let Some(header) = line.strip_prefix('[') {
+            match parse_header(header) {
+                Some(parsed) => section = Some(parsed),
+                None => {
+                    return Some(format!(
+                        "line {number} is not a section header chitti reads"
+                    ))
+                }
+            }
+            continue;
+        }
+        let Some((name, sub)) = &section else {
+            return Some(format!("line {number} sets something outside any section"));
+        };
+        let Some((key, value)) = parse_setting(line) else {
+            return Some(format!("line {number} is not a setting chitti reads"));
+        };
+        if !harmless(name, sub.as_deref(), &key, value.as_deref()) {
+            let shown = match sub {
+                Some(sub) => format!("{name}.{sub}.{key}"),
+                None => format!("{name}.{key}"),
+            };
+            return Some(format!(
+                "it sets {shown} (line {number}), which chitti does not know to run nothing"
+            ));
+        }
+    }
+    None
+}
+
+/// The file's lines, a line ending in a backslash joined with the next (as git does), each
+/// with its first line's number.
+fn logical_lines(text: &str) -> Vec<(usize, String)> {
+    let mut out = Vec::new();
+    let mut pending: Option<(usize, String)> = None;
+    for (index, line) in text.lines().enumerate() {
+        let line = line.strip_suffix('\r').unwrap_or(line);
+        let (number, mut joined) = pending.take().unwrap_or((index + 1, String::new()));
+        let trailing = line.len() - line.trim_end_matches('\\').len();
+        if trailing % 2 == 1 {
+            joined.push_str(&line[..line.len() - 1]);
+            pending = Some((number, joined));
+        } else {
+            joined.push_str(line);
+            out.push((number, joined));
+        }
+    }
+    out.extend(pending);
+    out
+}
+
+/// `[name]`, `[name "sub"]` or `[name.sub]`, from after the `[`: the lowercased name and
+/// the subsection (case kept, as git compares it), with nothing but a comment after it.
+fn parse_header(header: &str) -> Option<(String, Option<String>)> {
+    let close = header.find(']')?;
+    let (inside, rest) = (&header[..close], header[close + 1..].trim_start());
+    if !(rest.is_empty() || rest.starts_with('#') || rest.starts_with(';')) {
+        return None;
+    }
+    let name_chars = |s: &str| {
+        !s.is_empty()
+            && s.chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '.')
+    };
+    match inside.find(|c: char| c.is_ascii_whitespace()) {
+        None => {
+            if !name_chars(inside) {
+                return None;
+            }
+            let lower = inside.to_ascii_lowercase();
+            Some(match lower.split_once('.') {
+                Some((name, sub)) => (name.to_string(), Some(sub.to_string())),
+                None => (lower, None),
+            })
+        }
+        Some(space) => {
+            let name = &inside[..space];
+            let quoted = inside[space..].trim_start().strip_prefix('"')?;
+            let quoted = quoted.strip_suffix('"')?;
+            if !name_chars(name) || name.contains('.') {
+                return None;
+            }
+            let mut sub = String::new();
+            let mut chars = quoted.chars();
+            while let Some(c) = chars.next() {
+                match c {
+                    '\\' => sub.push(chars.next()?),
+                    '"' => return None,
+                    c => sub.push(c),
+                }
+            }
+            Some((name.to_ascii_lowercase(), Some(sub)))
+        }
+    }
+}
+
+/// `key`, `key = value`: the lowercased key and the value as git reads it (quotes and
+/// escapes undone, a comment after it dropped); `None` for a key alone (boolean true).
+fn parse_setting(line: &str) -> Option<(String, Option<String>)> {
+    let end = line
+        .find(|c: char| !(c.is_ascii_alphanumeric() || c == '-'))
+        .unwrap_or(line.len());
+    let key = &line[..end];
+    if !key.starts_with(|c: char| c.is_ascii_alphabetic()) {
+        return None;
+    }
+    let rest = line[end..].trim_start();
+    if rest.is_empty() || rest.starts_with('#') || rest.starts_with(';') {
+        return Some((key.to_ascii_lowercase(), None));
+    }
+    let raw = rest.strip_prefix('=')?;
+    let mut value = String::new();
+    let (mut quoted, mut chars) = (false, raw.trim_start().chars());
+    while let Some(c) = chars.next() {
+        match c {
+            '\\' => match chars.next()? {
+                'n' => value.push('\n'),
+                't' => value.push('\t'),
+                'b' => value.push('\u{8}'),
+                c @ ('"' | '\\') => value.push(c),
+                _ => return None,
+            },
+            '"' => quoted = !quoted,
+            '#' | ';' if !quoted => break,
+            c => value.push(c),
+        }
+    }
+    if quoted {
+        return None;
+    }
+    Some((key.to_ascii_lowercase(), Some(value.trim_end().to_string())))
+}
+
+/// Whether git reads `value` as a boolean (a key alone is true).
+fn boolean(value: Option<&str>) -> bool {
+    value.is_none_or(|v| {
+        matches!(
+            v.to_ascii_lowercase().as_str(),
+            "" | "true" | "false" | "yes" | "no" | "on" | "off" | "1" | "0"
+        )
+    })
+}
+
+/// The settings known to run nothing, by section (lowercase) and whether it has a
+/// subsection. Settings that name a program, a hook directory, a file to include or a
+/// work tree elsewhere are not here.
+fn harmless(section: &str, sub: Option<&str>, key: &str, value: Option<&str>) -> bool {
+    let known = |keys: &[&str]| keys.contains(&key);
+    match (section, sub) {
+        ("core", None) => {
+            known(&[
+                "repositoryformatversion",
+                "filemode",
+                "bare",
+                "logallrefupdates",
+                "ignorecase",
+                "precomposeunicode",
+                "symlinks",
+                "autocrlf",
+                "eol",
+                "safecrlf",
+                "quotepath",
+                "sparsecheckout",
+                "sparsecheckoutcone",
+                "untrackedcache",
+                "splitindex",
+                "commitgraph",
+                "multipackindex",
+                "compression",
+                "loosecompression",
+                "bigfilethreshold",
+                "abbrev",
+                "checkstat",
+                "trustctime",
+                "preloadindex",
+                "protecthfs",
+                "protectntfs",
+                "warnambiguousrefs",
+                "fsync",
+                "fsyncmethod",
+            ]) || (key == "fsmonitor" && boolean(value))
+        }
+        ("remote", Some(_)) => known(&[
+            "url",
+            "pushurl",
+            "fetch",
+            "push",
+            "tagopt",
+            "prune",
+            "prunetags",
+            "mirror",
+            "promisor",
+            "partialclonefilter",
+            "skipdefaultupdate",
+            "skipfetchall",
+        ]),
+        ("branch", Some(_)) => known(&["remote", "merge", "rebase", "pushremote", "description"]),
+        ("submodule", Some(_)) => {
+            known(&[
+                "url",
+                "active",
+                "branch",
+                "fetchrecursesubmodules",
+                "ignore",
+                "shallow",
+            ]) || (key == "update" && value.is_some_and(|v| !v.trim_start().starts_with('!')))
+        }
+        ("user", None) => known(&["name", "email"]),
+        ("init", None) => known(&["defaultbranch"]),
+        ("pull", None) => known(&["rebase", "ff"]),
+        ("push", None) => known(&["default", "autosetupremote", "followtags"]),
+        ("fetch", None) => known(&[
+            "prune",
+            "prunetags",
+            "recursesubmodules",
+            "writecommitgraph",
+        ]),
+        ("gc", None) => known(&[
+            "auto",
+            "autopacklimit",
+            "autodetach",
+            "pruneexpire",
+            "reflogexpire",
+            "reflogexpireunreachable",
+            "worktreepruneexpire",
+        ]),
+        ("extensions", None) => known(&[
+            "objectformat",
+            "worktreeconfig",
+            "partialclone",
+            "preciousobjects",
+            "refstorage",
+        ]),
+        ("index", None) => known(&["version", "threads"]),
+        ("pack", None) => known(&["compression", "threads", "windowmemory", "packsizelimit"]),
+        ("status", None) | ("log", None) => !matches!(key, "external"),
+        ("color", _) => true,
+        ("lfs", None) => known(&[
+            "repositoryformatversion",
+            "url",
+            "fetchinclude",
+            "fetchexclude",
+        ]),
+        // What `git lfs install --local` writes, and nothing else.
+        ("filter", Some("lfs")) => match key {
+            "clean" => value == Some("git-lfs clean -- %f"),
+            "smudge" => value == Some("git-lfs smudge -- %f"),
+            "process" => value == Some("git-lfs filter-process"),
+            "required" => boolean(value),
+            _ => false,
+        },
+        _ => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn what_git_init_and_clone_write_runs_nothing() {
+        let config = "[core]\n\trepositoryformatversion = 0\n\tfilemode = true\n\
+                      \tbare = false\n\tlogallrefupdates = true\n\
+                      [remote \"origin\"]\n\turl = https://example.com/x.git\n\
+                      \tfetch = +refs/heads/*:refs/remotes/origin/*\n\
+                      [branch \"main\"]\n\tremote = origin\n\tmerge = refs/heads/main\n\
+                      [filter \"lfs\"]\n\tclean = git-lfs clean -- %f\n\
+                      \tsmudge = git-lfs smudge -- %f\n\tprocess = git-lfs filter-process\n\
+                      \trequired = true\n# a comment\n; another\n\
+                      [core]\n\tfsmonitor = true\n";
+        assert_eq!(runs_code(config.as_bytes()), None);
+    }
+
+    #[test]
+    fn settings_that_run_programs_are_found_however_spelled() {
+        for config in [
+            "[core]\n\tfsmonitor = touch /tmp/x\n",
+            "[CORE]\n\tFsMonitor = \"./evil\"\n",
+            "[core]\n\thooksPath = .husky\n",
+            "[core] sshCommand = evil\n",
+            "[core]\n\tfsmon\\\nitor = evil\n",
+            "[core]\n\tworktree = /elsewhere\n",
+            "[include]\n\tpath = ../../evil.cfg\n",
+            "[includeIf \"gitdir:/\"]\n\tpath = x\n",
+            "[filter \"lfs\"]\n\tclean = evil %f\n",
+            "[filter \"x\"]\n\tclean = cat\n",
+            "[diff \"x\"]\n\ttextconv = evil\n",
+            "[submodule \"a\"]\n\tupdate = !evil\n",
+            "[alias]\n\tst = !evil\n",
+            "[credential]\n\thelper = evil\n",
+            "[remote \"o\"]\n\tuploadpack = evil\n",
+            "fsmonitor = evil\n",
+            "[core\n",
+            "[core]\n\tfsmonitor = \"unterminated\n",
+            "[core]\n\t=x\n",
+        ] {
+            assert!(runs_code(config.as_bytes()).is_some(), "{config:?}");
+        }
+        assert!(runs_code(b"[core]\n\tbare = \xff\n").is_some());
+    }
+
+    #[test]
+    fn values_are_read_as_git_reads_them() {
+        assert_eq!(
+            parse_setting("url = \"a;b\" ; comment"),
+            Some(("url".into(), Some("a;b".into())))
+        );
+        assert_eq!(
+            parse_setting("update = \\!x"),
+            None,
+            "an escape git does not know"
+        );
+        assert_eq!(parse_setting("bare"), Some(("bare".into(), None)));
+        assert_eq!(
+            parse_header("remote \"o\\\"x\"]"),
+            Some(("remote".into(), Some("o\"x".into())))
+        );
+        assert_eq!(
+            logical_lines("a\\\nb\nc\\\\\nd"),
+            vec![
+                (1, "ab".to_string()),
+                (3, "c\\\\".to_string()),
+                (4, "d".to_string())
+            ]
+        );
+    }
+}
