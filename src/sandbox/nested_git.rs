@@ -241,6 +241,10 @@ pub struct NestedRepoGuard {
     /// moved, so a git directory prepared in an earlier call and renamed into place during
     /// this one shows only here.
     inodes: HashMap<PathBuf, Inode>,
+    /// Paths the policy protects (read-only, put back after every call): a git directory
+    /// whose config is among them (a submodule's, under `.git/modules`) is the user's as
+    /// it stood before the calls, and is not judged by what it holds.
+    protected: HashSet<PathBuf>,
 }
 
 /// The inode a name leads to without following a symlink (`None`: nothing is there).
@@ -273,6 +277,7 @@ impl NestedRepoGuard {
             since: SystemTime::now() - Duration::from_millis(50),
             recent: HashMap::new(),
             inodes: HashMap::new(),
+            protected: HashSet::new(),
         };
         if let Some(found) = guard.discover(&mut Vec::new()) {
             guard.any_repo = true;
@@ -292,6 +297,12 @@ impl NestedRepoGuard {
             guard.before = found.into_iter().map(|f| f.git_dir).collect();
         }
         guard
+    }
+
+    /// The policy's protected paths (see `protected`).
+    pub fn trusting(mut self, protected: &[PathBuf]) -> NestedRepoGuard {
+        self.protected.extend(protected.iter().cloned());
+        self
     }
 
     pub fn is_empty(&self) -> bool {
@@ -440,6 +451,7 @@ impl NestedRepoGuard {
             let why = match repo.kind {
                 Kind::Gitlink if is_new => Some("staged during the call".to_string()),
                 Kind::Gitlink if touched => Some("changed during the call".to_string()),
+                Kind::Gitlink if self.protected.contains(&repo.git_dir.join("config")) => None,
                 Kind::Gitlink => could_run_code(&repo.git_dir),
                 Kind::Worktree if !is_new && touched => Some("changed during the call".into()),
                 Kind::Worktree => None,
@@ -832,6 +844,42 @@ mod tests {
             "{repairs:?}"
         );
         assert!(!ws.join("other/.git/hooks").exists(), "{repairs:?}");
+    }
+
+    /// A submodule's repository under `.git/modules` (whose config names its work tree,
+    /// `core.worktree`) is left to the protection of the top repository's paths where the
+    /// policy protects it, and judged like any other where it does not.
+    #[test]
+    fn a_protected_submodule_is_not_judged_by_what_it_holds() {
+        let (dir, ws) = workspace_repo();
+        let upstream = dir.path().canonicalize().unwrap().join("upstream");
+        evil_repo(&upstream);
+        git(&upstream, &["config", "--unset", "core.fsmonitor"]);
+        let url = upstream.to_str().unwrap();
+        git(
+            &ws,
+            &[
+                "-c",
+                "protocol.file.allow=always",
+                "submodule",
+                "add",
+                "-q",
+                url,
+                "sub",
+            ],
+        );
+        let config = ws.join(".git/modules/sub/config");
+        assert!(std::fs::read_to_string(&config)
+            .unwrap()
+            .contains("worktree"));
+        std::thread::sleep(Duration::from_millis(100));
+        let trusted = NestedRepoGuard::before(std::slice::from_ref(&ws))
+            .trusting(std::slice::from_ref(&config));
+        let repairs = Box::new(trusted).run();
+        assert!(repairs.is_empty() && config.exists(), "{repairs:?}");
+        let judged = NestedRepoGuard::before(std::slice::from_ref(&ws));
+        let repairs = Box::new(judged).run();
+        assert!(!config.exists(), "{repairs:?}");
     }
 
     /// Nesting deeper than the check goes fails the call instead of passing unchecked.
