@@ -14,7 +14,11 @@ pub fn runs_code(text: &[u8]) -> Option<String> {
         Err(_) => return Some("it is not UTF-8 text".into()),
     };
     let mut section: Option<(String, Option<String>)> = None;
-    for (number, raw) in logical_lines(text) {
+    let lines = match lines(text) {
+        Ok(lines) => lines,
+        Err(number) => return Some(format!("line {number} ends in a backslash")),
+    };
+    for (number, raw) in lines {
         let line = raw.trim_start();
         if line.is_empty() || line.starts_with('#') || line.starts_with(';') {
             continue;
@@ -49,25 +53,20 @@ pub fn runs_code(text: &[u8]) -> Option<String> {
     None
 }
 
-/// The file's lines, a line ending in a backslash joined with the next (as git does), each
-/// with its first line's number.
-fn logical_lines(text: &str) -> Vec<(usize, String)> {
+/// The file's lines with their numbers; `Err` with the number of a line that ends in a
+/// backslash. Git continues such a line onto the next inside a value but not inside a
+/// comment, and no config git writes has one: refused rather than read one way or the
+/// other.
+fn lines(text: &str) -> Result<Vec<(usize, &str)>, usize> {
     let mut out = Vec::new();
-    let mut pending: Option<(usize, String)> = None;
     for (index, line) in text.lines().enumerate() {
         let line = line.strip_suffix('\r').unwrap_or(line);
-        let (number, mut joined) = pending.take().unwrap_or((index + 1, String::new()));
-        let trailing = line.len() - line.trim_end_matches('\\').len();
-        if trailing % 2 == 1 {
-            joined.push_str(&line[..line.len() - 1]);
-            pending = Some((number, joined));
-        } else {
-            joined.push_str(line);
-            out.push((number, joined));
+        if line.ends_with('\\') {
+            return Err(index + 1);
         }
+        out.push((index + 1, line));
     }
-    out.extend(pending);
-    out
+    Ok(out)
 }
 
 /// `[name]`, `[name "sub"]` or `[name.sub]`, from after the `[`: the lowercased name and
@@ -300,6 +299,8 @@ mod tests {
             "[core]\n\thooksPath = .husky\n",
             "[core] sshCommand = evil\n",
             "[core]\n\tfsmon\\\nitor = evil\n",
+            "[core]\n# harmless \\\n\tfsmonitor = evil\n",
+            "[core]\n\tbare = true ; x \\\n\tfsmonitor = evil\n",
             "[core]\n\tworktree = /elsewhere\n",
             "[include]\n\tpath = ../../evil.cfg\n",
             "[includeIf \"gitdir:/\"]\n\tpath = x\n",
@@ -336,13 +337,7 @@ mod tests {
             parse_header("remote \"o\\\"x\"]"),
             Some(("remote".into(), Some("o\"x".into())))
         );
-        assert_eq!(
-            logical_lines("a\\\nb\nc\\\\\nd"),
-            vec![
-                (1, "ab".to_string()),
-                (3, "c\\\\".to_string()),
-                (4, "d".to_string())
-            ]
-        );
+        assert_eq!(lines("a\r\nb"), Ok(vec![(1, "a"), (2, "b")]));
+        assert_eq!(lines("a\n# x \\\nb"), Err(2));
     }
 }

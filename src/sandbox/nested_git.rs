@@ -391,10 +391,29 @@ impl NestedRepoGuard {
             if !self.inside_roots(&sub_work) {
                 continue;
             }
-            let Some(sub_git) = git_dir_of(&sub_work) else {
-                continue;
+            let sub_git = match git_dir_of(&sub_work) {
+                Ok(Some(dir)) => dir,
+                Ok(None) => continue,
+                Err(e) => {
+                    problems.push(format!("nested repository not checked: {e}"));
+                    continue;
+                }
             };
-            if !self.inside_roots(&sub_git) || !seen.insert(sub_git.clone()) {
+            // Outside every writable root chitti moves nothing, but the sandbox of a call
+            // running beside this one may write there (its private TMPDIR): judged by what
+            // it holds, and the call fails where that could run a program.
+            if !self.inside_roots(&sub_git) {
+                if let Some(why) = could_run_code(&sub_git) {
+                    problems.push(format!(
+                        "nested repository {}: its git directory {} lies outside the writable \
+                         roots, where chitti moves nothing, and {why}",
+                        sub_work.display(),
+                        sub_git.display()
+                    ));
+                }
+                continue;
+            }
+            if !seen.insert(sub_git.clone()) {
                 continue;
             }
             found.push(Found {
@@ -552,7 +571,7 @@ struct TopRepository {
 /// The repository whose work tree is `root` (a `.git` directory, or a linked worktree's
 /// `.git` file), canonical.
 fn top_repository(root: &Path) -> Option<TopRepository> {
-    let git_dir = git_dir_of(root)?;
+    let git_dir = git_dir_of(root).ok()??;
     let common_dir = std::fs::read_to_string(git_dir.join("commondir"))
         .ok()
         .and_then(|text| canonicalize(&git_dir.join(text.trim())).ok())
@@ -629,19 +648,44 @@ fn read_index(index: &Path) -> Result<Option<IndexGitlinks>, String> {
         .map_err(|e| format!("{}: {e}", index.display()))
 }
 
-/// The git directory of a work tree, canonical: a `.git` directory (or a symlink to
-/// one), or the target of a `.git` file's `gitdir:` line.
-fn git_dir_of(work_dir: &Path) -> Option<PathBuf> {
+/// The git directory of a work tree, canonical, found as git finds it: `.git` followed if a
+/// symlink; a directory is the git directory, a file must begin `gitdir: `, and the rest of
+/// it, less its line ends only, is the path (from the work tree when relative). `Ok(None)`
+/// where git finds no repository either; `Err` for a `.git` chitti cannot read as git would.
+fn git_dir_of(work_dir: &Path) -> Result<Option<PathBuf>, String> {
+    use std::os::unix::ffi::OsStrExt;
     let dot_git = work_dir.join(".git");
-    let meta = std::fs::symlink_metadata(&dot_git).ok()?;
-    let dir = if meta.is_file() {
-        let text = std::fs::read_to_string(&dot_git).ok()?;
-        let target = text.lines().find_map(|l| l.strip_prefix("gitdir:"))?.trim();
-        canonicalize(&work_dir.join(target)).ok()?
-    } else {
-        canonicalize(&dot_git).ok()?
+    let cannot = |why: String| Err(format!("{}: {why}", dot_git.display()));
+    let meta = match std::fs::metadata(&dot_git) {
+        Ok(meta) => meta,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return cannot(e.to_string()),
     };
-    dir.is_dir().then_some(dir)
+    let dir = if meta.is_dir() {
+        dot_git
+    } else if meta.is_file() {
+        if meta.len() > 1 << 20 {
+            return cannot("it is over 1 MiB".into());
+        }
+        // Through a symlink, as git reads it.
+        let text = match std::fs::read(&dot_git) {
+            Ok(text) => text,
+            Err(e) => return cannot(e.to_string()),
+        };
+        let Some(mut path) = text.strip_prefix(b"gitdir: ") else {
+            return cannot("it does not begin `gitdir: `".into());
+        };
+        while let Some(rest) = path
+            .strip_suffix(b"\n")
+            .or_else(|| path.strip_suffix(b"\r"))
+        {
+            path = rest;
+        }
+        work_dir.join(std::ffi::OsStr::from_bytes(path))
+    } else {
+        return Ok(None);
+    };
+    Ok(canonicalize(&dir).ok().filter(|dir| dir.is_dir()))
 }
 
 impl AfterCall for NestedRepoGuard {
@@ -880,6 +924,59 @@ mod tests {
         let judged = NestedRepoGuard::before(std::slice::from_ref(&ws));
         let repairs = Box::new(judged).run();
         assert!(!config.exists(), "{repairs:?}");
+    }
+
+    /// `.git` is found as git finds it: a `gitdir: ` file's path keeps a trailing space
+    /// (only line ends go), and a symlink to such a file is followed.
+    #[test]
+    fn a_gitfile_is_read_as_git_reads_it() {
+        let (_dir, ws) = workspace_repo();
+        for (name, spaced) in [("sub", true), ("linked", false)] {
+            let work = ws.join(name);
+            evil_repo(&work);
+            let real = ws.join(format!("{name}gd{}", if spaced { " " } else { "" }));
+            std::fs::rename(work.join(".git"), &real).unwrap();
+            let gitfile = format!("gitdir: {}\n", real.display());
+            if spaced {
+                // A decoy where a trimmed path would lead.
+                std::fs::create_dir(ws.join("subgd")).unwrap();
+                std::fs::write(work.join(".git"), gitfile).unwrap();
+            } else {
+                std::fs::write(ws.join("linked-gitfile"), gitfile).unwrap();
+                std::os::unix::fs::symlink("../linked-gitfile", work.join(".git")).unwrap();
+            }
+            git(&ws, &["add", name]);
+        }
+        let guard = NestedRepoGuard::before(std::slice::from_ref(&ws));
+        let repairs = Box::new(guard).run();
+        assert!(!ws.join("subgd /config").exists(), "{repairs:?}");
+        assert!(!ws.join("linkedgd/config").exists(), "{repairs:?}");
+    }
+
+    /// A gitlink whose git directory lies outside the writable roots (where a call running
+    /// beside this one may write: its private TMPDIR) is judged by what it holds, and the
+    /// call fails where that could run a program, since nothing there is moved.
+    #[test]
+    fn a_git_directory_outside_the_roots_that_could_run_code_fails_the_call() {
+        let (dir, ws) = workspace_repo();
+        let outside = dir.path().canonicalize().unwrap().join("outside");
+        evil_repo(&outside);
+        std::fs::create_dir(ws.join("sub")).unwrap();
+        let gitfile = format!("gitdir: {}\n", outside.join(".git").display());
+        std::fs::write(ws.join("sub/.git"), gitfile).unwrap();
+        git(&ws, &["add", "sub"]);
+        let guard = NestedRepoGuard::before(std::slice::from_ref(&ws));
+        let repairs = Box::new(guard).run();
+        assert!(
+            repairs
+                .iter()
+                .any(|r| super::super::is_unrepaired(r) && r.contains("outside the writable")),
+            "{repairs:?}"
+        );
+        assert!(
+            outside.join(".git/config").exists(),
+            "nothing outside is moved"
+        );
     }
 
     /// Nesting deeper than the check goes fails the call instead of passing unchecked.
