@@ -7,8 +7,9 @@
 //! does not know (or text it cannot read as git does) counts as able to run a program.
 
 /// Why `text` (a git config file) could make git run a program, or `None` when every
-/// setting in it is known to run none.
-pub fn runs_code(text: &[u8]) -> Option<String> {
+/// setting in it is known to run none. `own_work_tree` says whether a `core.worktree`
+/// value leads back to the repository's own work tree (what git writes for a submodule).
+pub fn runs_code(text: &[u8], own_work_tree: impl Fn(&str) -> bool) -> Option<String> {
     let text = match std::str::from_utf8(text) {
         Ok(text) => text,
         Err(_) => return Some("it is not UTF-8 text".into()),
@@ -40,7 +41,10 @@ pub fn runs_code(text: &[u8]) -> Option<String> {
         let Some((key, value)) = parse_setting(line) else {
             return Some(format!("line {number} is not a setting chitti reads"));
         };
-        if !harmless(name, sub.as_deref(), &key, value.as_deref()) {
+        let work_tree = || key == "worktree" && value.as_deref().is_some_and(&own_work_tree);
+        if !(harmless(name, sub.as_deref(), &key, value.as_deref())
+            || (name == "core" && sub.is_none() && work_tree()))
+        {
             let shown = match sub {
                 Some(sub) => format!("{name}.{sub}.{key}"),
                 None => format!("{name}.{key}"),
@@ -288,7 +292,7 @@ mod tests {
                       \tsmudge = git-lfs smudge -- %f\n\tprocess = git-lfs filter-process\n\
                       \trequired = true\n# a comment\n; another\n\
                       [core]\n\tfsmonitor = true\n";
-        assert_eq!(runs_code(config.as_bytes()), None);
+        assert_eq!(runs_code(config.as_bytes(), |_| false), None);
     }
 
     #[test]
@@ -316,9 +320,20 @@ mod tests {
             "[core]\n\tfsmonitor = \"unterminated\n",
             "[core]\n\t=x\n",
         ] {
-            assert!(runs_code(config.as_bytes()).is_some(), "{config:?}");
+            assert!(
+                runs_code(config.as_bytes(), |_| false).is_some(),
+                "{config:?}"
+            );
         }
-        assert!(runs_code(b"[core]\n\tbare = \xff\n").is_some());
+        assert!(runs_code(b"[core]\n\tbare = \xff\n", |_| false).is_some());
+    }
+
+    /// A submodule's `core.worktree` passes only where it leads back to its own work tree.
+    #[test]
+    fn a_work_tree_elsewhere_runs_code_and_the_own_one_does_not() {
+        let config = b"[core]\n\tworktree = ../../../sub\n";
+        assert_eq!(runs_code(config, |v| v == "../../../sub"), None);
+        assert!(runs_code(config, |_| false).is_some());
     }
 
     #[test]

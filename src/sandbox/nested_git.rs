@@ -241,10 +241,6 @@ pub struct NestedRepoGuard {
     /// moved, so a git directory prepared in an earlier call and renamed into place during
     /// this one shows only here.
     inodes: HashMap<PathBuf, Inode>,
-    /// Paths the policy protects (read-only, put back after every call): a git directory
-    /// whose config is among them (a submodule's, under `.git/modules`) is the user's as
-    /// it stood before the calls, and is not judged by what it holds.
-    protected: HashSet<PathBuf>,
 }
 
 /// The inode a name leads to without following a symlink (`None`: nothing is there).
@@ -277,7 +273,6 @@ impl NestedRepoGuard {
             since: SystemTime::now() - Duration::from_millis(50),
             recent: HashMap::new(),
             inodes: HashMap::new(),
-            protected: HashSet::new(),
         };
         if let Some(found) = guard.discover(&mut Vec::new()) {
             guard.any_repo = true;
@@ -297,12 +292,6 @@ impl NestedRepoGuard {
             guard.before = found.into_iter().map(|f| f.git_dir).collect();
         }
         guard
-    }
-
-    /// The policy's protected paths (see `protected`).
-    pub fn trusting(mut self, protected: &[PathBuf]) -> NestedRepoGuard {
-        self.protected.extend(protected.iter().cloned());
-        self
     }
 
     pub fn is_empty(&self) -> bool {
@@ -403,7 +392,7 @@ impl NestedRepoGuard {
             // running beside this one may write there (its private TMPDIR): judged by what
             // it holds, and the call fails where that could run a program.
             if !self.inside_roots(&sub_git) {
-                if let Some(why) = could_run_code(&sub_git) {
+                if let Some(why) = could_run_code(&sub_git, &sub_work) {
                     problems.push(format!(
                         "nested repository {}: its git directory {} lies outside the writable \
                          roots, where chitti moves nothing, and {why}",
@@ -470,8 +459,10 @@ impl NestedRepoGuard {
             let why = match repo.kind {
                 Kind::Gitlink if is_new => Some("staged during the call".to_string()),
                 Kind::Gitlink if touched => Some("changed during the call".to_string()),
-                Kind::Gitlink if self.protected.contains(&repo.git_dir.join("config")) => None,
-                Kind::Gitlink => could_run_code(&repo.git_dir),
+                Kind::Gitlink => {
+                    let work_tree = repo.dot_git.as_deref().and_then(Path::parent);
+                    could_run_code(&repo.git_dir, work_tree.unwrap_or(Path::new("/")))
+                }
                 Kind::Worktree if !is_new && touched => Some("changed during the call".into()),
                 Kind::Worktree => None,
             };
@@ -511,7 +502,13 @@ impl NestedRepoGuard {
 /// Why a gitlink's git directory could make the host's git run a program: a config
 /// setting not known to run nothing, a hook, or a `commondir` (which hands git another
 /// repository's config and hooks). `None` when it holds none of these.
-fn could_run_code(git_dir: &Path) -> Option<String> {
+fn could_run_code(git_dir: &Path, work_tree: &Path) -> Option<String> {
+    // A submodule's config names its work tree; anywhere else it would make git work on
+    // (and run the filters and hooks of) another tree.
+    let own_work_tree = |value: &str| {
+        canonicalize(&git_dir.join(value))
+            .is_ok_and(|dir| canonicalize(work_tree).is_ok_and(|own| own == dir))
+    };
     for name in ["config", "config.worktree"] {
         let path = git_dir.join(name);
         let Ok(meta) = std::fs::symlink_metadata(&path) else {
@@ -521,7 +518,7 @@ fn could_run_code(git_dir: &Path) -> Option<String> {
         let why = match text {
             _ if !meta.is_file() => Some("it is not a regular file".to_string()),
             None => Some("it cannot be read whole (over 1 MiB, or unreadable)".to_string()),
-            Some(text) => super::git_config::runs_code(&text),
+            Some(text) => super::git_config::runs_code(&text, own_work_tree),
         };
         if let Some(why) = why {
             return Some(format!("its {name} could run a program on the host: {why}"));
@@ -890,11 +887,12 @@ mod tests {
         assert!(!ws.join("other/.git/hooks").exists(), "{repairs:?}");
     }
 
-    /// A submodule's repository under `.git/modules` (whose config names its work tree,
-    /// `core.worktree`) is left to the protection of the top repository's paths where the
-    /// policy protects it, and judged like any other where it does not.
+    /// A submodule's repository under `.git/modules` names its work tree in its config
+    /// (`core.worktree`, as git writes it): that passes; a work tree elsewhere does not.
+    /// (Its protection as one of the top repository's paths is no reason to trust it: an
+    /// earlier call may have made it, and protection puts back what it found.)
     #[test]
-    fn a_protected_submodule_is_not_judged_by_what_it_holds() {
+    fn a_submodule_s_own_work_tree_passes_and_another_does_not() {
         let (dir, ws) = workspace_repo();
         let upstream = dir.path().canonicalize().unwrap().join("upstream");
         evil_repo(&upstream);
@@ -917,12 +915,13 @@ mod tests {
             .unwrap()
             .contains("worktree"));
         std::thread::sleep(Duration::from_millis(100));
-        let trusted = NestedRepoGuard::before(std::slice::from_ref(&ws))
-            .trusting(std::slice::from_ref(&config));
-        let repairs = Box::new(trusted).run();
+        let repairs = Box::new(NestedRepoGuard::before(std::slice::from_ref(&ws))).run();
         assert!(repairs.is_empty() && config.exists(), "{repairs:?}");
-        let judged = NestedRepoGuard::before(std::slice::from_ref(&ws));
-        let repairs = Box::new(judged).run();
+        let module = ws.join(".git/modules/sub");
+        git(&module, &["config", "core.worktree", "../../../other"]);
+        std::fs::create_dir(ws.join("other")).unwrap();
+        std::thread::sleep(Duration::from_millis(100));
+        let repairs = Box::new(NestedRepoGuard::before(std::slice::from_ref(&ws))).run();
         assert!(!config.exists(), "{repairs:?}");
     }
 
