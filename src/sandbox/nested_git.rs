@@ -132,8 +132,9 @@ fn parse_entries(
         let mode = index.u32()?;
         index.skip(12 + id_len as u64)?; // uid, gid, size, object id
         let flags = u16::from_be_bytes(index.bytes::<2>()?);
-        if version >= 3 && flags & 0x4000 != 0 {
-            index.skip(2)?; // extended flags
+        // Extended flags follow wherever the bit is set, in any version, as git reads them.
+        if flags & 0x4000 != 0 {
+            index.skip(2)?;
         }
         let path = if version == 4 {
             // Prefix compression: strip N bytes from the previous path, then a suffix.
@@ -149,7 +150,8 @@ fn parse_entries(
             index.skip(len.next_multiple_of(8) - len)?;
             p
         };
-        if mode >> 12 == 0o16 {
+        // As git tests it (`S_ISGITLINK`): the type bits only, whatever else is set.
+        if mode & 0o170000 == 0o160000 {
             out.push(path.clone());
         }
         prev = path;
@@ -367,19 +369,14 @@ impl NestedRepoGuard {
             }
         };
         for link in links {
-            // Git itself refuses index paths with `..` or `.git` components; nothing
-            // is followed through them.
-            let Some(sub_work) = plain_join(work_dir, &link) else {
+            // Git checks index paths only when it adds them: reading an index, it takes a
+            // path as it is (`./sub`, `x/../sub`, `sub/`) and the kernel resolves it. So
+            // does chitti (symlinks too, which git would not enter: stricter).
+            use std::os::unix::ffi::OsStrExt;
+            let Ok(sub_work) = canonicalize(&work_dir.join(std::ffi::OsStr::from_bytes(&link)))
+            else {
                 continue;
             };
-            // Symlinks are resolved, and only what resolves inside a writable root is
-            // looked at: the sandbox cannot have written anything else.
-            let Ok(sub_work) = canonicalize(&sub_work) else {
-                continue;
-            };
-            if !self.inside_roots(&sub_work) {
-                continue;
-            }
             let sub_git = match git_dir_of(&sub_work) {
                 Ok(Some(dir)) => dir,
                 Ok(None) => continue,
@@ -391,7 +388,7 @@ impl NestedRepoGuard {
             // Outside every writable root chitti moves nothing, but the sandbox of a call
             // running beside this one may write there (its private TMPDIR): judged by what
             // it holds, and the call fails where that could run a program.
-            if !self.inside_roots(&sub_git) {
+            if !self.inside_roots(&sub_work) || !self.inside_roots(&sub_git) {
                 if let Some(why) = could_run_code(&sub_git, &sub_work) {
                     problems.push(format!(
                         "nested repository {}: its git directory {} lies outside the writable \
@@ -577,19 +574,6 @@ fn top_repository(root: &Path) -> Option<TopRepository> {
         git_dir,
         common_dir,
     })
-}
-
-/// `base/relative` when every component of `relative` is a plain name other than `.git`.
-fn plain_join(base: &Path, relative: &[u8]) -> Option<PathBuf> {
-    use std::os::unix::ffi::OsStrExt;
-    let mut out = base.to_path_buf();
-    for part in relative.split(|b| *b == b'/') {
-        if part.is_empty() || part == b"." || part == b".." || part.eq_ignore_ascii_case(b".git") {
-            return None;
-        }
-        out.push(std::ffi::OsStr::from_bytes(part));
-    }
-    Some(out)
 }
 
 /// The mode and contents of a regular file of at most 1 MiB.
@@ -1066,6 +1050,58 @@ mod tests {
         out
     }
 
+    /// Entries git reads as gitlinks are gitlinks here: the type bits alone decide (a mode
+    /// with a higher bit set), and extended flags are skipped in any version (git reads
+    /// them wherever their bit is set, a version-2 index too).
+    #[test]
+    fn gitlinks_are_found_as_git_reads_the_index() {
+        fn entry(path: &[u8], mode: u32, extended: bool) -> Vec<u8> {
+            let mut out = vec![0; 24];
+            out.extend_from_slice(&mode.to_be_bytes());
+            out.extend_from_slice(&[0; 12]);
+            out.extend_from_slice(&[0x11; 20]);
+            let flags = path.len() as u16 | if extended { 0x4000 } else { 0 };
+            out.extend_from_slice(&flags.to_be_bytes());
+            if extended {
+                out.extend_from_slice(&[0, 0]);
+            }
+            out.extend_from_slice(path);
+            let len = out.len();
+            out.resize((len + 8) / 8 * 8, 0);
+            out
+        }
+        let mut index = b"DIRC".to_vec();
+        index.extend_from_slice(&2u32.to_be_bytes());
+        index.extend_from_slice(&3u32.to_be_bytes());
+        index.extend(entry(b"a", 0o360000, false));
+        index.extend(entry(b"b", 0o160000, true));
+        index.extend(entry(b"c", 0o100644, true));
+        index.extend_from_slice(&[0; 20]);
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("index");
+        std::fs::write(&path, &index).unwrap();
+        let parsed = read_index(&path).unwrap().unwrap();
+        assert_eq!(parsed.paths, vec![b"a".to_vec(), b"b".to_vec()]);
+    }
+
+    /// Index paths are taken as git takes them when it reads an index (`./sub`,
+    /// `x/../sub`, `sub/`): resolved, not skipped.
+    #[test]
+    fn index_paths_are_resolved_as_the_kernel_resolves_them() {
+        for forged in ["./sub", "x/../sub", "sub/", "sub//"] {
+            let (_dir, ws) = workspace_repo();
+            evil_repo(&ws.join("sub"));
+            std::fs::create_dir(ws.join("x")).unwrap();
+            std::fs::write(ws.join(".git/index"), forged_index(&[forged])).unwrap();
+            let guard = NestedRepoGuard::before(std::slice::from_ref(&ws));
+            let repairs = Box::new(guard).run();
+            assert!(
+                !ws.join("sub/.git/config").exists(),
+                "{forged}: {repairs:?}"
+            );
+        }
+    }
+
     /// Neither size nor a name that is not UTF-8 makes the check skip an index: the
     /// sandbox could pad one, or name a gitlink so, to keep its repository unchecked.
     #[test]
@@ -1097,7 +1133,7 @@ mod tests {
     }
 
     #[test]
-    fn repositories_outside_the_writable_roots_are_never_touched() {
+    fn repositories_outside_the_writable_roots_are_never_touched_but_fail_the_call() {
         let (dir, ws) = workspace_repo();
         let victim = dir.path().canonicalize().unwrap().join("victim");
         evil_repo(&victim);
@@ -1123,7 +1159,11 @@ mod tests {
         repairs.extend(Box::new(guard).run());
         assert!(victim.join(".git/config").exists(), "{repairs:?}");
         assert!(victim.join(".git/hooks").exists(), "{repairs:?}");
-        assert!(repairs.iter().all(|r| !r.contains("victim")), "{repairs:?}");
+        // Not moved, but the calls fail: the host's git would enter it.
+        assert!(
+            repairs.iter().all(|r| super::super::is_unrepaired(r)) && repairs.len() >= 2,
+            "{repairs:?}"
+        );
     }
 
     #[test]
