@@ -57,6 +57,33 @@ pub fn runs_code(text: &[u8], own_work_tree: impl Fn(&str) -> bool) -> Option<St
     None
 }
 
+/// The value of `section.key` (no subsection; the last one set wins, as in git): `Some(None)`
+/// when it is not set, `None` when the file cannot be read here.
+pub fn value(text: &[u8], section: &str, key: &str) -> Option<Option<String>> {
+    let text = std::str::from_utf8(text).ok()?;
+    let mut current: Option<(String, Option<String>)> = None;
+    let mut found = None;
+    for (_, raw) in lines(text).ok()? {
+        let line = raw.trim_start();
+        if line.is_empty() || line.starts_with('#') || line.starts_with(';') {
+            continue;
+        }
+        if let Some(header) = line.strip_prefix('[') {
+            current = Some(parse_header(header)?);
+            continue;
+        }
+        let (name, value) = parse_setting(line)?;
+        if current
+            .as_ref()
+            .is_some_and(|(s, sub)| s == section && sub.is_none())
+            && name == key
+        {
+            found = Some(value.unwrap_or_else(|| "true".into()));
+        }
+    }
+    Some(found)
+}
+
 /// The file's lines with their numbers; `Err` with the number of a line that ends in a
 /// backslash. Git continues such a line onto the next inside a value but not inside a
 /// comment, and no config git writes has one: refused rather than read one way or the

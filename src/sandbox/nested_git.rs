@@ -17,9 +17,15 @@ use crate::canonical::canonicalize;
 struct IndexGitlinks {
     /// The gitlink paths (mode 160000), as git stores them: bytes, `/`-separated.
     paths: Vec<Vec<u8>>,
-    /// The `sharedindex.<id>` file a split index keeps its other entries in.
-    shared_index: Option<String>,
+    /// Whether git reads more into it than its entries one after another: a split index
+    /// (whose entries may replace a shared index's), a sparse one (whose directories git
+    /// expands from its objects), an entry offset table (entries read from where it
+    /// says), or an extension chitti does not know. Then git itself lists the gitlinks.
+    needs_git: bool,
 }
+
+/// Index extensions that change nothing about which entries git sees.
+const PLAIN_EXTENSIONS: [&[u8; 4]; 4] = [b"TREE", b"REUC", b"UNTR", b"FSMN"];
 
 /// Reads an index front to back. Streamed, not read whole: an index of any size is
 /// checked (one the sandbox padded past a size limit must not skip the check).
@@ -35,13 +41,6 @@ impl IndexReader {
             input: std::io::BufReader::with_capacity(64 * 1024, input),
             pos: 0,
         }
-    }
-
-    fn rewind_to(&mut self, pos: u64) -> Option<()> {
-        use std::io::Seek;
-        self.input.seek(std::io::SeekFrom::Start(pos)).ok()?;
-        self.pos = pos;
-        Some(())
     }
 
     fn bytes<const N: usize>(&mut self) -> Option<[u8; N]> {
@@ -63,18 +62,6 @@ impl IndexReader {
         Some(())
     }
 
-    fn vec(&mut self, n: usize) -> Option<Vec<u8>> {
-        use std::io::Read;
-        let mut buf = Vec::new();
-        (&mut self.input)
-            .take(n as u64)
-            .read_to_end(&mut buf)
-            .ok()?;
-        (buf.len() == n).then_some(())?;
-        self.pos += n as u64;
-        Some(buf)
-    }
-
     /// Up to and including a NUL; the NUL is not returned.
     fn until_nul(&mut self) -> Option<Vec<u8>> {
         use std::io::BufRead;
@@ -85,8 +72,9 @@ impl IndexReader {
     }
 }
 
-/// The gitlinks of a git index, versions 2 to 4; `len` is the index's size.
-fn parse_index(input: std::fs::File, len: u64) -> Result<IndexGitlinks, String> {
+/// The gitlinks of a git index, versions 2 to 4, whose object ids are `id_len` bytes (as
+/// the repository's config says); `len` is the index's size.
+fn parse_index(input: std::fs::File, len: u64, id_len: usize) -> Result<IndexGitlinks, String> {
     let bad = |what: &str| Err(format!("unreadable git index: {what}"));
     let mut index = IndexReader::new(input);
     let (Some(magic), Some(version), Some(count)) = (index.bytes::<4>(), index.u32(), index.u32())
@@ -99,33 +87,30 @@ fn parse_index(input: std::fs::File, len: u64) -> Result<IndexGitlinks, String> 
     if !(2..=4).contains(&version) {
         return bad("unknown version");
     }
-    // SHA-1 repositories use 20-byte ids; SHA-256 ones 32. The index does not say which,
-    // so try SHA-1 first and fall back when the entries do not line up.
-    for id_len in [20usize, 32] {
-        if index.rewind_to(12).is_none() {
-            break;
-        }
-        if let Some(paths) = parse_entries(&mut index, version, count, id_len) {
-            if let Some(shared_index) = shared_index_of(&mut index, len, id_len) {
-                return Ok(IndexGitlinks {
-                    paths,
-                    shared_index,
-                });
-            }
-        }
-    }
-    bad("entries do not parse")
+    let Some((paths, odd_entries)) = parse_entries(&mut index, version, count, id_len) else {
+        return bad("entries do not parse");
+    };
+    let Some(odd_extensions) = extensions_need_git(&mut index, len, id_len) else {
+        return bad("extensions do not parse");
+    };
+    Ok(IndexGitlinks {
+        paths,
+        needs_git: odd_entries || odd_extensions,
+    })
 }
 
-/// The gitlink paths; leaves `index` where the entries end.
+/// The gitlink paths, and whether an entry is one git reads as more than itself (a sparse
+/// directory, or a split index's nameless replacement); leaves `index` where the entries
+/// end.
 fn parse_entries(
     index: &mut IndexReader,
     version: u32,
     count: u32,
     id_len: usize,
-) -> Option<Vec<Vec<u8>>> {
+) -> Option<(Vec<Vec<u8>>, bool)> {
     let mut prev: Vec<u8> = Vec::new();
     let mut out = Vec::new();
+    let mut odd = false;
     for _ in 0..count {
         let start = index.pos;
         index.skip(24)?; // ctime, mtime, dev, ino
@@ -154,35 +139,27 @@ fn parse_entries(
         if mode & 0o170000 == 0o160000 {
             out.push(path.clone());
         }
+        odd |= mode & 0o170000 == 0o040000 || path.is_empty();
         prev = path;
     }
-    Some(out)
+    Some((out, odd))
 }
 
-/// Walks the extensions after the entries (up to the trailing checksum) for a split
-/// index's `link`. `None` when they do not line up with this id length.
-fn shared_index_of(index: &mut IndexReader, len: u64, id_len: usize) -> Option<Option<String>> {
+/// Walks the extensions after the entries (up to the trailing checksum): whether one of
+/// them is not plain (see [`PLAIN_EXTENSIONS`]). `None` when they do not line up.
+fn extensions_need_git(index: &mut IndexReader, len: u64, id_len: usize) -> Option<bool> {
     let end = len.checked_sub(id_len as u64)?;
-    let mut shared = None;
+    let mut needs_git = false;
     while index.pos < end {
         let name = index.bytes::<4>()?;
         let size = index.u32()?;
         if index.pos.checked_add(size as u64)? > end {
             return None;
         }
-        if &name == b"link" {
-            let data = index.vec(size as usize)?;
-            let id = data.get(..id_len)?;
-            // An all-zero id means "no shared index".
-            if id.iter().any(|b| *b != 0) {
-                let hex: String = id.iter().map(|b| format!("{b:02x}")).collect();
-                shared = Some(format!("sharedindex.{hex}"));
-            }
-        } else {
-            index.skip(size as u64)?;
-        }
+        needs_git |= !PLAIN_EXTENSIONS.contains(&&name);
+        index.skip(size as u64)?;
     }
-    (index.pos == end).then_some(shared)
+    (index.pos == end).then_some(needs_git)
 }
 
 /// Git's offset varint (used by index v4).
@@ -361,7 +338,7 @@ impl NestedRepoGuard {
             ));
             return;
         }
-        let links = match read_gitlinks(git_dir) {
+        let links = match read_gitlinks(git_dir, work_dir) {
             Ok(links) => links,
             Err(e) => {
                 problems.push(format!("nested repositories not checked: {e}"));
@@ -592,29 +569,94 @@ fn hooks_changed(guard: &NestedRepoGuard, hooks: &Path) -> bool {
         .unwrap_or(false)
 }
 
-/// The gitlinks of a repository's index, including those a split index keeps in its
-/// shared index.
-fn read_gitlinks(git_dir: &Path) -> Result<Vec<Vec<u8>>, String> {
+/// The gitlinks of a repository's index as git sees them: read here where the index is
+/// plain, else (or where its object ids' length is not known, or it does not parse here)
+/// listed by git itself.
+fn read_gitlinks(git_dir: &Path, work_dir: &Path) -> Result<Vec<Vec<u8>>, String> {
     let index = git_dir.join("index");
-    let Some(parsed) = read_index(&index)? else {
-        return Ok(Vec::new());
+    let Some(id_len) = object_id_len(git_dir) else {
+        return gitlinks_by_git(git_dir, work_dir);
     };
-    let mut paths = parsed.paths;
-    if let Some(shared) = parsed.shared_index {
-        let shared = git_dir.join(shared);
-        let more = read_index(&shared)?.ok_or_else(|| {
-            format!(
-                "{} names the shared index {}, which is missing",
-                index.display(),
-                shared.display()
-            )
-        })?;
-        paths.extend(more.paths);
+    match read_index(&index, id_len) {
+        Ok(None) => Ok(Vec::new()),
+        Ok(Some(parsed)) if !parsed.needs_git => Ok(parsed.paths),
+        _ => gitlinks_by_git(git_dir, work_dir),
     }
-    Ok(paths)
 }
 
-fn read_index(index: &Path) -> Result<Option<IndexGitlinks>, String> {
+/// The length of the repository's object ids (`extensions.objectFormat`, in the config of
+/// its common directory); `None` where its config cannot be read here.
+fn object_id_len(git_dir: &Path) -> Option<usize> {
+    let common = match std::fs::read_to_string(git_dir.join("commondir")) {
+        Ok(text) => git_dir.join(text.trim_end_matches(['\n', '\r'])),
+        Err(_) => git_dir.to_path_buf(),
+    };
+    let text = match std::fs::read(common.join("config")) {
+        Ok(text) => text,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Some(20),
+        Err(_) => return None,
+    };
+    match super::git_config::value(&text, "extensions", "objectformat")? {
+        None => Some(20),
+        Some(format) if format.eq_ignore_ascii_case("sha1") => Some(20),
+        Some(format) if format.eq_ignore_ascii_case("sha256") => Some(32),
+        Some(_) => None,
+    }
+}
+
+/// The gitlinks git itself lists (`git ls-files --stage`), run so that the repository,
+/// which the sandbox may have written, can make it run nothing: no system or global
+/// config, no fsmonitor, no hooks, no transport (a lazy fetch of missing objects would
+/// start one), in a bare environment.
+fn gitlinks_by_git(git_dir: &Path, work_dir: &Path) -> Result<Vec<Vec<u8>>, String> {
+    let failed = |why: String| {
+        format!(
+            "git could not list the gitlinks of {}: {why}",
+            git_dir.display()
+        )
+    };
+    let git = which::which("git").map_err(|e| failed(e.to_string()))?;
+    let out = std::process::Command::new(git)
+        .env_clear()
+        .env("PATH", "/usr/local/bin:/usr/bin:/bin")
+        .env("GIT_CONFIG_NOSYSTEM", "1")
+        .env("GIT_CONFIG_GLOBAL", "/dev/null")
+        .env("GIT_NO_LAZY_FETCH", "1")
+        .env("GIT_OPTIONAL_LOCKS", "0")
+        .args([
+            "-c",
+            "core.fsmonitor=false",
+            "-c",
+            "core.hooksPath=/dev/null",
+        ])
+        .args(["-c", "protocol.allow=never", "-c", "safe.directory=*"])
+        .arg("--git-dir")
+        .arg(git_dir)
+        .arg("--work-tree")
+        .arg(work_dir)
+        .args(["ls-files", "--stage", "-z"])
+        .stdin(std::process::Stdio::null())
+        .output()
+        .map_err(|e| failed(e.to_string()))?;
+    if !out.status.success() {
+        return Err(failed(
+            String::from_utf8_lossy(&out.stderr).trim().to_string(),
+        ));
+    }
+    // `MODE OBJECT STAGE<TAB>PATH`, each ended by a NUL.
+    Ok(out
+        .stdout
+        .split(|b| *b == 0)
+        .filter_map(|record| {
+            let tab = record.iter().position(|b| *b == b'\t')?;
+            let mode = std::str::from_utf8(record.split(|b| *b == b' ').next()?).ok()?;
+            let mode = u32::from_str_radix(mode, 8).ok()?;
+            (mode & 0o170000 == 0o160000).then(|| record[tab + 1..].to_vec())
+        })
+        .collect())
+}
+
+fn read_index(index: &Path, id_len: usize) -> Result<Option<IndexGitlinks>, String> {
     let file = match std::fs::File::open(index) {
         Ok(file) => file,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
@@ -624,7 +666,7 @@ fn read_index(index: &Path) -> Result<Option<IndexGitlinks>, String> {
         .metadata()
         .map_err(|e| format!("{}: {e}", index.display()))?
         .len();
-    parse_index(file, len)
+    parse_index(file, len, id_len)
         .map(Some)
         .map_err(|e| format!("{}: {e}", index.display()))
 }
@@ -719,7 +761,7 @@ mod tests {
         git(&ws, &["add", "top", "a/b"]);
         for version in ["2", "3", "4"] {
             git(&ws, &["update-index", "--index-version", version]);
-            let links = read_gitlinks(&ws.join(".git")).unwrap();
+            let links = read_gitlinks(&ws.join(".git"), &ws).unwrap();
             assert_eq!(links, vec![b"a/b".to_vec()], "index v{version}");
         }
     }
@@ -1080,8 +1122,95 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("index");
         std::fs::write(&path, &index).unwrap();
-        let parsed = read_index(&path).unwrap().unwrap();
+        let parsed = read_index(&path, 20).unwrap().unwrap();
         assert_eq!(parsed.paths, vec![b"a".to_vec(), b"b".to_vec()]);
+    }
+
+    /// A split index whose entry for `sub` was replaced by a gitlink (a nameless entry the
+    /// shared index's `sub` takes its mode from, as git applies it): git's own listing
+    /// finds it.
+    #[test]
+    fn a_gitlink_replacing_a_split_index_entry_is_found() {
+        let (_dir, ws) = workspace_repo();
+        for i in 0..30 {
+            std::fs::write(ws.join(format!("f{i}")), format!("{i}")).unwrap();
+        }
+        std::fs::write(ws.join("sub"), "s").unwrap();
+        git(&ws, &["add", "-A"]);
+        git(&ws, &["update-index", "--split-index"]);
+        std::fs::remove_file(ws.join("sub")).unwrap();
+        evil_repo(&ws.join("sub"));
+        let head = Command::new("git")
+            .args(["-C", ws.join("sub").to_str().unwrap(), "rev-parse", "HEAD"])
+            .output()
+            .unwrap();
+        let head = String::from_utf8(head.stdout).unwrap();
+        let info = format!("160000,{},sub", head.trim());
+        git(&ws, &["update-index", "--cacheinfo", &info]);
+        std::thread::sleep(Duration::from_millis(100));
+        let guard = NestedRepoGuard::before(std::slice::from_ref(&ws));
+        let repairs = Box::new(guard).run();
+        assert!(!ws.join("sub/.git/config").exists(), "{repairs:?}");
+    }
+
+    /// What chitti does not read as git would goes to git: a sparse directory entry, a
+    /// nameless entry, an extension other than the plain ones (a split index's `link`, an
+    /// entry offset table); and the object ids' length is the repository's own.
+    #[test]
+    fn indexes_read_differently_by_git_go_to_git() {
+        fn index_with(mode: u32, path: &[u8], extension: Option<&[u8; 4]>) -> Vec<u8> {
+            let mut out = b"DIRC".to_vec();
+            out.extend_from_slice(&2u32.to_be_bytes());
+            out.extend_from_slice(&1u32.to_be_bytes());
+            out.extend_from_slice(&[0; 24]);
+            out.extend_from_slice(&mode.to_be_bytes());
+            out.extend_from_slice(&[0; 12]);
+            out.extend_from_slice(&[0x11; 20]);
+            out.extend_from_slice(&(path.len() as u16).to_be_bytes());
+            out.extend_from_slice(path);
+            let len = out.len() - 12;
+            out.resize(12 + (len + 8) / 8 * 8, 0);
+            if let Some(name) = extension {
+                out.extend_from_slice(name);
+                out.extend_from_slice(&4u32.to_be_bytes());
+                out.extend_from_slice(&[0; 4]);
+            }
+            out.extend_from_slice(&[0; 20]);
+            out
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("index");
+        let needs_git = |bytes: Vec<u8>| {
+            std::fs::write(&path, bytes).unwrap();
+            read_index(&path, 20).unwrap().unwrap().needs_git
+        };
+        assert!(!needs_git(index_with(0o100644, b"a", Some(b"TREE"))));
+        assert!(needs_git(index_with(0o040000, b"d/", None)));
+        assert!(needs_git(index_with(0o160000, b"", None)));
+        for name in [b"link", b"sdir", b"IEOT", b"EOIE", b"ZZZZ"] {
+            assert!(
+                needs_git(index_with(0o100644, b"a", Some(name))),
+                "{name:?}"
+            );
+        }
+        let repo = dir.path();
+        assert_eq!(object_id_len(repo), Some(20), "no config");
+        std::fs::write(
+            repo.join("config"),
+            "[extensions]\n\tobjectFormat = sha256\n",
+        )
+        .unwrap();
+        assert_eq!(object_id_len(repo), Some(32));
+        std::fs::write(
+            repo.join("config"),
+            "[extensions]\n\tobjectformat = sha2\\\n56\n",
+        )
+        .unwrap();
+        assert_eq!(
+            object_id_len(repo),
+            None,
+            "read here otherwise than git reads it"
+        );
     }
 
     /// Index paths are taken as git takes them when it reads an index (`./sub`,
