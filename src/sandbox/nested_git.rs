@@ -62,6 +62,19 @@ impl IndexReader {
         Some(())
     }
 
+    /// The next `n` bytes.
+    fn exact(&mut self, n: usize) -> Option<Vec<u8>> {
+        use std::io::Read;
+        let mut buf = Vec::new();
+        (&mut self.input)
+            .take(n as u64)
+            .read_to_end(&mut buf)
+            .ok()?;
+        (buf.len() == n).then_some(())?;
+        self.pos += n as u64;
+        Some(buf)
+    }
+
     /// Up to and including a NUL; the NUL is not returned.
     fn until_nul(&mut self) -> Option<Vec<u8>> {
         use std::io::BufRead;
@@ -121,18 +134,42 @@ fn parse_entries(
         if flags & 0x4000 != 0 {
             index.skip(2)?;
         }
+        let header = index.pos - start;
+        // The name's length is the flags' low 12 bits, as git takes it; only where they
+        // are all set is it found by its NUL. A name with a NUL inside that length, or
+        // without one after it, is read by git in ways chitti does not follow.
+        let named = (flags & 0x0fff) as usize;
+        let mut name = |index: &mut IndexReader, len: Option<usize>| match len {
+            None => index.until_nul(),
+            Some(len) => {
+                let name = index.exact(len)?;
+                odd |= name.contains(&0);
+                Some(name)
+            }
+        };
         let path = if version == 4 {
-            // Prefix compression: strip N bytes from the previous path, then a suffix.
+            // Prefix compression: strip N bytes from the previous path, then a suffix, then
+            // its NUL (no padding).
             let strip = varint(index)?;
             let keep = prev.len().checked_sub(usize::try_from(strip).ok()?)?;
+            let suffix = if named == 0x0fff {
+                name(index, None)?
+            } else {
+                let suffix = name(index, Some(named.checked_sub(keep)?))?;
+                odd |= index.bytes::<1>()? != [0];
+                suffix
+            };
             let mut p = prev[..keep].to_vec();
-            p.extend_from_slice(&index.until_nul()?);
+            p.extend_from_slice(&suffix);
             p
         } else {
-            let p = index.until_nul()?;
-            // Entries are padded with NULs to a multiple of 8 bytes (the NUL read counts).
-            let len = index.pos - start;
-            index.skip(len.next_multiple_of(8) - len)?;
+            let p = name(index, (named != 0x0fff).then_some(named))?;
+            // Padded with NULs, at least one, to a multiple of 8 bytes from the entry's
+            // start (git's `ondisk_ce_size`).
+            let size = (header + p.len() as u64 + 8) & !7;
+            let rest = (start + size).checked_sub(index.pos)?;
+            let padding = index.exact(usize::try_from(rest).ok()?)?;
+            odd |= padding.iter().any(|b| *b != 0);
             p
         };
         // As git tests it (`S_ISGITLINK`): the type bits only, whatever else is set.
@@ -417,9 +454,34 @@ impl NestedRepoGuard {
     }
 
     fn check(&self) -> Vec<String> {
-        let mut problems = Vec::new();
-        let found = self.discover(&mut problems).unwrap_or_default();
         let mut repairs = Vec::new();
+        let mut problems = Vec::new();
+        // Moving a repository's config or commondir aside changes how git then reads its
+        // index (the object ids' length, the repository it names): look again, as git
+        // will find things, until a look moves nothing.
+        let mut settled = false;
+        for _ in 0..16 {
+            problems.clear();
+            let found = self.discover(&mut problems).unwrap_or_default();
+            if !self.quarantine(found, &mut repairs) {
+                settled = true;
+                break;
+            }
+        }
+        if !settled {
+            problems
+                .push("nested repositories still had things to move aside after 16 looks".into());
+        }
+        // A repository not checked may hold anything: said as a failed repair (the call
+        // fails), not as a note.
+        repairs.extend(problems.into_iter().map(super::unrepaired));
+        repairs
+    }
+
+    /// Moves aside what could run code in each repository of `found` that the call staged
+    /// or changed, or that holds such things; whether anything was moved.
+    fn quarantine(&self, found: Vec<Found>, repairs: &mut Vec<String>) -> bool {
+        let mut moved = false;
         for repo in found {
             let is_new = !self.before.contains(&repo.git_dir);
             let touched = repo.dot_git.as_deref().is_some_and(|d| self.changed(d))
@@ -452,12 +514,15 @@ impl NestedRepoGuard {
                     .git_dir
                     .join(format!("{name}.chitti-quarantine-{}", super::unguessable()));
                 match rename_nofollow(&path, &aside) {
-                    Ok(()) => repairs.push(format!(
-                        "{}: moved {} aside to {} ({why})",
-                        repo.label,
-                        path.display(),
-                        aside.display(),
-                    )),
+                    Ok(()) => {
+                        moved = true;
+                        repairs.push(format!(
+                            "{}: moved {} aside to {} ({why})",
+                            repo.label,
+                            path.display(),
+                            aside.display(),
+                        ))
+                    }
                     Err(e) => repairs.push(super::unrepaired(format_args!(
                         "{}: could not move {} aside ({why}): {e}; do not run git there",
                         repo.label,
@@ -466,10 +531,7 @@ impl NestedRepoGuard {
                 }
             }
         }
-        // A repository not checked may hold anything: said as a failed repair (the call
-        // fails), not as a note.
-        repairs.extend(problems.into_iter().map(super::unrepaired));
-        repairs
+        moved
     }
 }
 
@@ -1210,6 +1272,67 @@ mod tests {
             object_id_len(repo),
             None,
             "read here otherwise than git reads it"
+        );
+    }
+
+    /// A name's length is the flags' (as git takes it): an entry whose name hides a NUL
+    /// and what looks like more entries behind it goes to git, which finds the gitlink.
+    #[test]
+    fn an_entry_name_is_as_long_as_its_flags_say() {
+        let (_dir, ws) = workspace_repo();
+        evil_repo(&ws.join("sub"));
+        let entry = |mode: u32, name: &[u8], named: u16| {
+            let mut out = vec![0; 24];
+            out.extend_from_slice(&mode.to_be_bytes());
+            out.extend_from_slice(&[0; 12]);
+            out.extend_from_slice(&[0x11; 20]);
+            out.extend_from_slice(&named.to_be_bytes());
+            out.extend_from_slice(name);
+            let len = out.len();
+            out.resize((len + 8) / 8 * 8, 0);
+            out
+        };
+        // "a", then (inside the same name, as a reading by NUL sees it) a plain entry "b"
+        // and a TREE extension running to the trailer over git's entry "sub".
+        let mut hidden = b"a\0".to_vec();
+        hidden.extend(entry(0o100644, b"b", 1));
+        hidden.extend_from_slice(b"TREE\0\0\0\0");
+        let mut index = b"DIRC".to_vec();
+        index.extend_from_slice(&2u32.to_be_bytes());
+        index.extend_from_slice(&2u32.to_be_bytes());
+        index.extend(entry(0o100644, &hidden, hidden.len() as u16));
+        index.extend(entry(0o160000, b"sub", 3));
+        let tree_data = 12 + 64 + 64 + 8;
+        let size = (index.len() - tree_data) as u32;
+        index[tree_data - 4..tree_data].copy_from_slice(&size.to_be_bytes());
+        index.extend_from_slice(&[0; 20]);
+        std::fs::write(ws.join(".git/index"), &index).unwrap();
+        let guard = NestedRepoGuard::before(std::slice::from_ref(&ws));
+        let repairs = Box::new(guard).run();
+        assert!(!ws.join("sub/.git/config").exists(), "{repairs:?}");
+    }
+
+    /// Moving a repository's config aside changes how git reads its index (here the object
+    /// ids' length its config claimed): the check looks again, and finds the repository
+    /// git will enter below it.
+    #[test]
+    fn the_check_looks_again_after_moving_a_config_aside() {
+        let (_dir, ws) = workspace_repo();
+        let sub = ws.join("sub");
+        std::fs::create_dir(&sub).unwrap();
+        git(&sub, &["init", "-q"]);
+        evil_repo(&sub.join("inner"));
+        git(&sub, &["add", "inner"]);
+        git(&sub, &["commit", "-q", "-m", "s"]);
+        git(&ws, &["add", "sub"]);
+        git(&sub, &["config", "core.repositoryformatversion", "1"]);
+        git(&sub, &["config", "extensions.objectformat", "sha256"]);
+        let guard = NestedRepoGuard::before(std::slice::from_ref(&ws));
+        let repairs = Box::new(guard).run();
+        assert!(!sub.join("inner/.git/config").exists(), "{repairs:?}");
+        assert!(
+            repairs.iter().all(|r| !super::super::is_unrepaired(r)),
+            "{repairs:?}"
         );
     }
 
