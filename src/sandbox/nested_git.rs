@@ -108,7 +108,7 @@ fn parse_index(input: std::fs::File, len: u64, id_len: usize) -> Result<IndexGit
     };
     Ok(IndexGitlinks {
         paths,
-        needs_git: odd_entries || odd_extensions,
+        needs_git: odd_entries || odd_extensions || ends_with_eoie(&index, len, id_len),
     })
 }
 
@@ -199,13 +199,34 @@ fn extensions_need_git(index: &mut IndexReader, len: u64, id_len: usize) -> Opti
     (index.pos == end).then_some(needs_git)
 }
 
-/// Git's offset varint (used by index v4).
+/// Whether the index ends (before its checksum) with what git, reading with threads, takes
+/// for an `EOIE` extension (it looks there, not along the extensions), wherever that lies.
+fn ends_with_eoie(index: &IndexReader, len: u64, id_len: usize) -> bool {
+    use std::os::unix::fs::FileExt;
+    let Some(at) = len.checked_sub(id_len as u64 + 32) else {
+        return false;
+    };
+    let mut signature = [0u8; 4];
+    index
+        .input
+        .get_ref()
+        .read_exact_at(&mut signature, at)
+        .is_ok()
+        && &signature == b"EOIE"
+}
+
+/// Git's offset varint (used by index v4). Where git's would overflow (it then reads 0 and
+/// takes the bytes as part of the name), `None`: the index goes to git.
 fn varint(index: &mut IndexReader) -> Option<u64> {
     let [mut c] = index.bytes::<1>()?;
     let mut val = (c & 0x7f) as u64;
     while c & 0x80 != 0 {
+        let next = val.checked_add(1)?;
+        if next >> 57 != 0 {
+            return None;
+        }
         [c] = index.bytes::<1>()?;
-        val = val.checked_add(1)?.checked_shl(7)? | (c & 0x7f) as u64;
+        val = (next << 7) | (c & 0x7f) as u64;
     }
     Some(val)
 }
@@ -671,6 +692,22 @@ fn object_id_len(git_dir: &Path) -> Option<usize> {
 /// config, no fsmonitor, no hooks, no transport (a lazy fetch of missing objects would
 /// start one), in a bare environment.
 fn gitlinks_by_git(git_dir: &Path, work_dir: &Path) -> Result<Vec<Vec<u8>>, String> {
+    // Read with one thread and with several: with several git takes entries and extensions
+    // from where an `EOIE`/`IEOT` says (as the host's git may, per its own config).
+    let mut all = gitlinks_by_git_with(git_dir, work_dir, "index.threads=1")?;
+    for path in gitlinks_by_git_with(git_dir, work_dir, "index.threads=8")? {
+        if !all.contains(&path) {
+            all.push(path);
+        }
+    }
+    Ok(all)
+}
+
+fn gitlinks_by_git_with(
+    git_dir: &Path,
+    work_dir: &Path,
+    threads: &str,
+) -> Result<Vec<Vec<u8>>, String> {
     let failed = |why: String| {
         format!(
             "git could not list the gitlinks of {}: {why}",
@@ -691,7 +728,14 @@ fn gitlinks_by_git(git_dir: &Path, work_dir: &Path) -> Result<Vec<Vec<u8>>, Stri
             "-c",
             "core.hooksPath=/dev/null",
         ])
-        .args(["-c", "protocol.allow=never", "-c", "safe.directory=*"])
+        .args([
+            "-c",
+            "protocol.allow=never",
+            "-c",
+            "safe.directory=*",
+            "-c",
+            threads,
+        ])
         .arg("--git-dir")
         .arg(git_dir)
         .arg("--work-tree")
@@ -1255,6 +1299,24 @@ mod tests {
                 "{name:?}"
             );
         }
+        // An `EOIE` where git, reading with threads, looks for one: inside a TREE's body.
+        let mut hidden = index_with(0o100644, b"a", None);
+        hidden.truncate(hidden.len() - 20);
+        hidden.extend_from_slice(b"TREE");
+        hidden.extend_from_slice(&32u32.to_be_bytes());
+        hidden.extend_from_slice(b"EOIE");
+        hidden.extend_from_slice(&[0; 28]);
+        hidden.extend_from_slice(&[0; 20]);
+        assert!(needs_git(hidden));
+        // A v4 name's strip count past what git decodes (it reads 0 and keeps the bytes).
+        let overflow = dir.path().join("varint");
+        std::fs::write(
+            &overflow,
+            [0x80, 0xfe, 0xfe, 0xfe, 0xfe, 0xfe, 0xfe, 0xfe, 0xff, 0x01],
+        )
+        .unwrap();
+        let mut reader = IndexReader::new(std::fs::File::open(&overflow).unwrap());
+        assert_eq!(varint(&mut reader), None);
         let repo = dir.path();
         assert_eq!(object_id_len(repo), Some(20), "no config");
         std::fs::write(
