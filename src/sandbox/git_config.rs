@@ -155,14 +155,29 @@ fn parse_setting(line: &str) -> Option<(String, Option<String>)> {
     if !key.starts_with(|c: char| c.is_ascii_alphabetic()) {
         return None;
     }
-    let rest = line[end..].trim_start();
+    // Git skips only ASCII blanks (its own `isspace`), never other whitespace.
+    let blank = |c: char| matches!(c, ' ' | '\t' | '\r');
+    let rest = line[end..].trim_start_matches(blank);
     if rest.is_empty() || rest.starts_with('#') || rest.starts_with(';') {
         return Some((key.to_ascii_lowercase(), None));
     }
     let raw = rest.strip_prefix('=')?;
+    // As git's `parse_value`: blanks outside quotes are dropped at the ends and kept as
+    // one space each between words; inside quotes everything is kept.
     let mut value = String::new();
-    let (mut quoted, mut chars) = (false, raw.trim_start().chars());
+    let (mut quoted, mut spaces, mut chars) = (false, 0usize, raw.chars());
     while let Some(c) = chars.next() {
+        if !quoted && blank(c) {
+            if !value.is_empty() {
+                spaces += 1;
+            }
+            continue;
+        }
+        if !quoted && matches!(c, '#' | ';') {
+            break;
+        }
+        value.extend(std::iter::repeat_n(' ', spaces));
+        spaces = 0;
         match c {
             '\\' => match chars.next()? {
                 'n' => value.push('\n'),
@@ -172,14 +187,13 @@ fn parse_setting(line: &str) -> Option<(String, Option<String>)> {
                 _ => return None,
             },
             '"' => quoted = !quoted,
-            '#' | ';' if !quoted => break,
             c => value.push(c),
         }
     }
     if quoted {
         return None;
     }
-    Some((key.to_ascii_lowercase(), Some(value.trim_end().to_string())))
+    Some((key.to_ascii_lowercase(), Some(value)))
 }
 
 /// Whether git reads `value` as a boolean (a key alone is true).
@@ -331,6 +345,10 @@ mod tests {
             "[core] sshCommand = evil\n",
             "[core]\n\tfsmon\\\nitor = evil\n",
             "[core]\n# harmless \\\n\tfsmonitor = evil\n",
+            "[core]\n\tfsmonitor = \"yes \"\n",
+            "[core]\n\tfsmonitor = \" \"\n",
+            "[core]\n\tfsmonitor = true\u{3000}\n",
+            "[core]\n\tfsmonitor = \u{3000}true\n",
             "[core]\n\tbare = true ; x \\\n\tfsmonitor = evil\n",
             "[core]\n\tworktree = /elsewhere\n",
             "[include]\n\tpath = ../../evil.cfg\n",

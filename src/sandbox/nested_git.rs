@@ -791,7 +791,7 @@ fn git_dir_of(work_dir: &Path) -> Result<Option<PathBuf>, String> {
         Err(e) => return cannot(e.to_string()),
     };
     let dir = if meta.is_dir() {
-        dot_git
+        dot_git.clone()
     } else if meta.is_file() {
         if meta.len() > 1 << 20 {
             return cannot("it is over 1 MiB".into());
@@ -810,11 +810,26 @@ fn git_dir_of(work_dir: &Path) -> Result<Option<PathBuf>, String> {
         {
             path = rest;
         }
+        // Git reads the path as a C string: it ends at a NUL.
+        let path = path.split(|b| *b == 0).next().unwrap_or_default();
+        if path.is_empty() {
+            return Ok(None);
+        }
         work_dir.join(std::ffi::OsStr::from_bytes(path))
     } else {
         return Ok(None);
     };
-    Ok(canonicalize(&dir).ok().filter(|dir| dir.is_dir()))
+    // Nothing there: git finds no repository either. Anything else (a path too long here,
+    // a loop, a file on the way) git may still resolve its own way: not checked, the call
+    // fails.
+    match canonicalize(&dir) {
+        Ok(dir) => Ok(dir.is_dir().then_some(dir)),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => cannot(format!(
+            "its git directory {} cannot be resolved: {e}",
+            dir.display()
+        )),
+    }
 }
 
 impl AfterCall for NestedRepoGuard {
@@ -1082,6 +1097,48 @@ mod tests {
         let repairs = Box::new(guard).run();
         assert!(!ws.join("subgd /config").exists(), "{repairs:?}");
         assert!(!ws.join("linkedgd/config").exists(), "{repairs:?}");
+    }
+
+    /// A gitfile's path ends at a NUL, as git reads it; one chitti cannot resolve (too long
+    /// once made absolute) fails the call rather than passing unchecked.
+    #[test]
+    fn a_gitfile_path_is_cut_at_a_nul_and_an_unresolvable_one_fails_the_call() {
+        let (_dir, ws) = workspace_repo();
+        let work = ws.join("sub");
+        evil_repo(&work);
+        std::fs::rename(work.join(".git"), ws.join("nulgd")).unwrap();
+        std::fs::write(work.join(".git"), b"gitdir: ../nulgd\0junk\n").unwrap();
+        let head = Command::new("git")
+            .args([
+                "--git-dir",
+                ws.join("nulgd").to_str().unwrap(),
+                "rev-parse",
+                "HEAD",
+            ])
+            .output()
+            .unwrap();
+        let info = format!(
+            "160000,{},sub",
+            String::from_utf8(head.stdout).unwrap().trim()
+        );
+        git(&ws, &["update-index", "--add", "--cacheinfo", &info]);
+        std::thread::sleep(Duration::from_millis(100));
+        let repairs = Box::new(NestedRepoGuard::before(std::slice::from_ref(&ws))).run();
+        assert!(!ws.join("nulgd/config").exists(), "{repairs:?}");
+        // Over PATH_MAX once absolute: resolved (glibc's realpath takes it) or the call
+        // fails (musl's does not), never passed unchecked.
+        let long = format!("gitdir: {}../nulgd\n", "./".repeat(2100));
+        std::fs::write(work.join(".git"), long).unwrap();
+        std::fs::write(ws.join("nulgd/config"), "[core]\n\tfsmonitor = evil\n").unwrap();
+        std::thread::sleep(Duration::from_millis(100));
+        let repairs = Box::new(NestedRepoGuard::before(std::slice::from_ref(&ws))).run();
+        assert!(
+            !ws.join("nulgd/config").exists()
+                || repairs
+                    .iter()
+                    .any(|r| super::super::is_unrepaired(r) && r.contains("resolved")),
+            "{repairs:?}"
+        );
     }
 
     /// A gitlink whose git directory lies outside the writable roots (where a call running
