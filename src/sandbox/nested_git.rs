@@ -344,8 +344,16 @@ impl NestedRepoGuard {
         let mut seen = HashSet::new();
         let mut found = Vec::new();
         let mut tops = Vec::new();
+        // A root inside a repository (a package of a larger one) is not that repository's
+        // top, but the host's git enters the gitlinks of its index that lie in the root.
+        let mut enclosing = Vec::new();
         for root in &self.roots {
             let Some(top) = top_repository(root) else {
+                if let Some((work, git_dir)) = enclosing_repository(root) {
+                    if seen.insert(git_dir.clone()) {
+                        enclosing.push((work, git_dir));
+                    }
+                }
                 continue;
             };
             seen.insert(top.git_dir.clone());
@@ -356,7 +364,18 @@ impl NestedRepoGuard {
         // aside when new), even when it also sits among the worktrees, where a new one would
         // be the sandbox's own and left alone.
         for (root, top) in &tops {
-            self.gitlinks_of(root, &top.git_dir, 0, &mut seen, &mut found, problems);
+            self.gitlinks_of(
+                root,
+                &top.git_dir,
+                0,
+                false,
+                &mut seen,
+                &mut found,
+                problems,
+            );
+        }
+        for (work, git_dir) in &enclosing {
+            self.gitlinks_of(work, git_dir, 0, true, &mut seen, &mut found, problems);
         }
         for (_, top) in &tops {
             if let Ok(entries) = std::fs::read_dir(top.common_dir.join("worktrees")) {
@@ -375,16 +394,21 @@ impl NestedRepoGuard {
                 }
             }
         }
-        let any_repo = !tops.is_empty();
+        let any_repo = !tops.is_empty() || !enclosing.is_empty();
         any_repo.then_some(found)
     }
 
     /// Follows the gitlinks of one repository, and theirs in turn.
+    /// `enclosing`: the repository holds the writable roots rather than being one's top;
+    /// its gitlinks elsewhere (work tree and git directory outside every root) are not the
+    /// sandbox's to write, and are left alone.
+    #[allow(clippy::too_many_arguments)]
     fn gitlinks_of(
         &self,
         work_dir: &Path,
         git_dir: &Path,
         depth: usize,
+        enclosing: bool,
         seen: &mut HashSet<PathBuf>,
         found: &mut Vec<Found>,
         problems: &mut Vec<String>,
@@ -420,6 +444,9 @@ impl NestedRepoGuard {
                     continue;
                 }
             };
+            if enclosing && !self.inside_roots(&sub_work) && !self.inside_roots(&sub_git) {
+                continue;
+            }
             // Outside every writable root chitti moves nothing, but the sandbox of a call
             // running beside this one may write there (its private TMPDIR): judged by what
             // it holds, and the call fails where that could run a program.
@@ -443,7 +470,7 @@ impl NestedRepoGuard {
                 git_dir: sub_git.clone(),
                 kind: Kind::Gitlink,
             });
-            self.gitlinks_of(&sub_work, &sub_git, depth + 1, seen, found, problems);
+            self.gitlinks_of(&sub_work, &sub_git, depth + 1, false, seen, found, problems);
         }
     }
 
@@ -634,6 +661,14 @@ fn top_repository(root: &Path) -> Option<TopRepository> {
         git_dir,
         common_dir,
     })
+}
+
+/// The repository a directory lies in below its top, as git finds it from there: the
+/// nearest directory above with a `.git`.
+fn enclosing_repository(root: &Path) -> Option<(PathBuf, PathBuf)> {
+    root.ancestors()
+        .skip(1)
+        .find_map(|dir| Some((dir.to_path_buf(), git_dir_of(dir).ok()??)))
 }
 
 /// The mode and contents of a regular file of at most 1 MiB.
@@ -1165,6 +1200,55 @@ mod tests {
             outside.join(".git/config").exists(),
             "nothing outside is moved"
         );
+    }
+
+    /// A writable root below a repository's top (a package of a larger repository): the
+    /// gitlinks of the enclosing repository's index that lie in the root are checked, and
+    /// those elsewhere are left alone.
+    #[test]
+    fn the_gitlinks_of_a_repository_holding_the_root_are_checked() {
+        let (dir, mono) = workspace_repo();
+        let upstream = dir.path().canonicalize().unwrap().join("upstream");
+        evil_repo(&upstream);
+        git(&upstream, &["config", "--unset", "core.fsmonitor"]);
+        let url = upstream.to_str().unwrap();
+        std::fs::create_dir(mono.join("pkg")).unwrap();
+        for at in ["pkg/lib", "elsewhere"] {
+            git(
+                &mono,
+                &[
+                    "-c",
+                    "protocol.file.allow=always",
+                    "submodule",
+                    "add",
+                    "-q",
+                    url,
+                    at,
+                ],
+            );
+        }
+        std::fs::write(
+            mono.join(".git/modules/elsewhere/hooks/pre-commit"),
+            "#!/bin/sh\n",
+        )
+        .unwrap();
+        let pkg = mono.join("pkg");
+        std::thread::sleep(Duration::from_millis(100));
+        let guard = NestedRepoGuard::before(std::slice::from_ref(&pkg));
+        assert!(!guard.is_empty());
+        // The command: the submodule's gitfile replaced by a repository of its own.
+        let lib = pkg.join("lib");
+        std::fs::remove_file(lib.join(".git")).unwrap();
+        evil_repo(&lib);
+        let repairs = Box::new(guard).run();
+        assert!(!lib.join(".git/config").exists(), "{repairs:?}");
+        assert!(
+            repairs.iter().all(|r| !r.contains("elsewhere")),
+            "{repairs:?}"
+        );
+        assert!(mono
+            .join(".git/modules/elsewhere/hooks/pre-commit")
+            .exists());
     }
 
     /// Nesting deeper than the check goes fails the call instead of passing unchecked.
