@@ -1633,7 +1633,14 @@ fn sigterm_early_in_a_call_is_143_and_cancelled(backend: &str) {
             }
         };
         unsafe { libc::kill(pid as i32, libc::SIGTERM) };
+        // Bounded: a signal chitti lost would otherwise hang the suite.
+        let mut child = child;
+        let stopped = wait_until(30 * SECOND, || child.try_wait().unwrap().is_some());
+        if !stopped {
+            let _ = child.kill();
+        }
         let out = child.wait_with_output().unwrap();
+        assert!(stopped, "chitti did not stop within 30 s of SIGTERM");
         assert!(forked, "chitti never started a child");
         assert_eq!(out.status.code(), Some(143), "{out:?}");
         let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
