@@ -243,6 +243,9 @@ enum Kind {
     Gitlink,
     /// Another linked worktree's git directory: git reads it when the user works there.
     Worktree,
+    /// The git directory git finds at a writable root itself (its `.git`, or the root as a
+    /// bare repository): the host's git uses it in the workspace.
+    Root,
 }
 
 /// A git directory the check looks after (canonical path).
@@ -348,7 +351,18 @@ impl NestedRepoGuard {
         // top, but the host's git enters the gitlinks of its index that lie in the root.
         let mut enclosing = Vec::new();
         for root in &self.roots {
+            if let Some(git_dir) = root_repository(root) {
+                found.push(Found {
+                    label: format!("the repository at {}", root.display()),
+                    dot_git: None,
+                    git_dir,
+                    kind: Kind::Root,
+                });
+            }
             let Some(top) = top_repository(root) else {
+                if is_git_dir(root) {
+                    continue; // git takes the root itself for its repository
+                }
                 if let Some((work, git_dir)) = enclosing_repository(root) {
                     if seen.insert(git_dir.clone()) {
                         enclosing.push((work, git_dir));
@@ -394,8 +408,8 @@ impl NestedRepoGuard {
                 }
             }
         }
-        let any_repo = !tops.is_empty() || !enclosing.is_empty();
-        any_repo.then_some(found)
+        // Always a check: the command may make the root a repository.
+        Some(found)
     }
 
     /// Follows the gitlinks of one repository, and theirs in turn.
@@ -549,6 +563,10 @@ impl NestedRepoGuard {
                 }
                 Kind::Worktree if !is_new && touched => Some("changed during the call".into()),
                 Kind::Worktree => None,
+                // One the call made (none was there before it): judged like a gitlink's.
+                Kind::Root if is_new => could_run_code(&repo.git_dir, Path::new("/"))
+                    .map(|why| format!("made during the call, and {why}")),
+                Kind::Root => None,
             };
             let Some(why) = why else {
                 continue;
@@ -663,12 +681,39 @@ fn top_repository(root: &Path) -> Option<TopRepository> {
     })
 }
 
-/// The repository a directory lies in below its top, as git finds it from there: the
-/// nearest directory above with a `.git`.
+/// The repository a directory lies in below its top, as git finds it from there: at each
+/// directory above, a valid `.git`, else the directory itself if it is a git directory.
 fn enclosing_repository(root: &Path) -> Option<(PathBuf, PathBuf)> {
-    root.ancestors()
-        .skip(1)
-        .find_map(|dir| Some((dir.to_path_buf(), git_dir_of(dir).ok()??)))
+    root.ancestors().skip(1).find_map(|dir| {
+        let git_dir = match git_dir_of(dir) {
+            Ok(Some(git_dir)) => git_dir,
+            _ if is_git_dir(dir) => dir.to_path_buf(),
+            _ => return None,
+        };
+        Some((dir.to_path_buf(), git_dir))
+    })
+}
+
+/// The git directory git finds at `root` itself: its valid `.git`, or the root as a bare
+/// repository.
+fn root_repository(root: &Path) -> Option<PathBuf> {
+    match git_dir_of(root) {
+        Ok(Some(git_dir)) => Some(git_dir),
+        _ => is_git_dir(root).then(|| root.to_path_buf()),
+    }
+}
+
+/// Whether git takes `dir` for a git directory (its `is_git_directory`): a `HEAD`, and
+/// `objects` and `refs` there or in the directory its `commondir` names.
+fn is_git_dir(dir: &Path) -> bool {
+    if std::fs::symlink_metadata(dir.join("HEAD")).is_err() {
+        return false;
+    }
+    let common = match std::fs::read_to_string(dir.join("commondir")) {
+        Ok(text) => dir.join(text.trim_end_matches(['\n', '\r'])),
+        Err(_) => dir.to_path_buf(),
+    };
+    common.join("objects").is_dir() && common.join("refs").is_dir()
 }
 
 /// The mode and contents of a regular file of at most 1 MiB.
@@ -858,7 +903,8 @@ fn git_dir_of(work_dir: &Path) -> Result<Option<PathBuf>, String> {
     // a loop, a file on the way) git may still resolve its own way: not checked, the call
     // fails.
     match canonicalize(&dir) {
-        Ok(dir) => Ok(dir.is_dir().then_some(dir)),
+        // Only a git directory git would take (an empty `.git` makes git look further up).
+        Ok(dir) => Ok((dir.is_dir() && is_git_dir(&dir)).then_some(dir)),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
         Err(e) => cannot(format!(
             "its git directory {} cannot be resolved: {e}",
@@ -981,6 +1027,8 @@ mod tests {
         for name in ["config", "HEAD"] {
             std::fs::copy(ws.join("sub/.git").join(name), nw.join(name)).unwrap();
         }
+        // As a worktree's git directory has: its objects and refs are the common ones.
+        std::fs::write(nw.join("commondir"), "../..\n").unwrap();
         git(&ws, &["add", "sub"]);
         std::fs::remove_dir_all(ws.join("sub/.git")).unwrap();
         std::fs::write(ws.join("sub/.git"), format!("gitdir: {}\n", nw.display())).unwrap();
@@ -1249,6 +1297,61 @@ mod tests {
         assert!(mono
             .join(".git/modules/elsewhere/hooks/pre-commit")
             .exists());
+    }
+
+    /// A repository the call makes at a root itself (a `.git`, or the root as a bare
+    /// repository) is judged like a gitlink's; an empty `.git` does not hide the enclosing
+    /// repository's gitlinks (git looks further up past it).
+    #[test]
+    fn a_repository_made_at_a_root_is_judged() {
+        let (dir, mono) = workspace_repo();
+        let root = dir.path().canonicalize().unwrap();
+        // A root that is no repository: the command makes one there.
+        let plain = root.join("plain");
+        std::fs::create_dir(&plain).unwrap();
+        let guard = NestedRepoGuard::before(std::slice::from_ref(&plain));
+        evil_repo(&plain);
+        let repairs = Box::new(guard).run();
+        assert!(!plain.join(".git/config").exists(), "{repairs:?}");
+        // The root as a bare repository.
+        let bare = root.join("bare");
+        std::fs::create_dir(&bare).unwrap();
+        let guard = NestedRepoGuard::before(std::slice::from_ref(&bare));
+        for d in ["objects", "refs"] {
+            std::fs::create_dir(bare.join(d)).unwrap();
+        }
+        std::fs::write(bare.join("HEAD"), "ref: refs/heads/main\n").unwrap();
+        std::fs::write(bare.join("config"), "[core]\n\tfsmonitor = evil\n").unwrap();
+        let repairs = Box::new(guard).run();
+        assert!(!bare.join("config").exists(), "{repairs:?}");
+        // An empty `.git` in a package of a repository with a submodule there.
+        let upstream = root.join("upstream");
+        evil_repo(&upstream);
+        git(&upstream, &["config", "--unset", "core.fsmonitor"]);
+        std::fs::create_dir(mono.join("pkg")).unwrap();
+        let url = upstream.to_str().unwrap();
+        git(
+            &mono,
+            &[
+                "-c",
+                "protocol.file.allow=always",
+                "submodule",
+                "add",
+                "-q",
+                url,
+                "pkg/sub",
+            ],
+        );
+        let pkg = mono.join("pkg");
+        std::thread::sleep(Duration::from_millis(100));
+        let guard = NestedRepoGuard::before(std::slice::from_ref(&pkg));
+        std::fs::create_dir(pkg.join(".git")).unwrap();
+        let evil = pkg.join("evil");
+        evil_repo(&evil);
+        std::fs::rename(evil.join(".git"), pkg.join("evil.git")).unwrap();
+        std::fs::write(pkg.join("sub/.git"), "gitdir: ../evil.git\n").unwrap();
+        let repairs = Box::new(guard).run();
+        assert!(!pkg.join("evil.git/config").exists(), "{repairs:?}");
     }
 
     /// Nesting deeper than the check goes fails the call instead of passing unchecked.
