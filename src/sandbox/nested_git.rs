@@ -563,9 +563,13 @@ impl NestedRepoGuard {
                 }
                 Kind::Worktree if !is_new && touched => Some("changed during the call".into()),
                 Kind::Worktree => None,
-                // One the call made (none was there before it): judged like a gitlink's.
-                Kind::Root if is_new => could_run_code(&repo.git_dir, Path::new("/"))
-                    .map(|why| format!("made during the call, and {why}")),
+                // One the call made (none was there before it): judged like a gitlink's; so
+                // is a root that is itself the git directory, whatever its age (no policy
+                // protects it: the top repository's protection is of a `.git`).
+                Kind::Root if is_new || self.roots.contains(&repo.git_dir) => {
+                    could_run_code(&repo.git_dir, Path::new("/"))
+                        .map(|why| format!("a repository at a writable root, and {why}"))
+                }
                 Kind::Root => None,
             };
             let Some(why) = why else {
@@ -703,17 +707,31 @@ fn root_repository(root: &Path) -> Option<PathBuf> {
     }
 }
 
-/// Whether git takes `dir` for a git directory (its `is_git_directory`): a `HEAD`, and
-/// `objects` and `refs` there or in the directory its `commondir` names.
+/// Whether git could take `dir` for a git directory (its `is_git_directory`): a `HEAD`, and
+/// `objects` and `refs` there or in the directory its `commondir` names. Wider than git's
+/// test where they differ (any `objects` and `refs`, where git asks only that each be
+/// searchable or executable): taking too much for a repository only judges more.
 fn is_git_dir(dir: &Path) -> bool {
+    use std::os::unix::ffi::OsStrExt;
     if std::fs::symlink_metadata(dir.join("HEAD")).is_err() {
         return false;
     }
-    let common = match std::fs::read_to_string(dir.join("commondir")) {
-        Ok(text) => dir.join(text.trim_end_matches(['\n', '\r'])),
+    // Read as git reads it: bytes up to a NUL, less the line ends.
+    let common = match std::fs::read(dir.join("commondir")) {
+        Ok(text) => {
+            let mut path = text.split(|b| *b == 0).next().unwrap_or_default();
+            while let Some(rest) = path
+                .strip_suffix(b"\n")
+                .or_else(|| path.strip_suffix(b"\r"))
+            {
+                path = rest;
+            }
+            dir.join(std::ffi::OsStr::from_bytes(path))
+        }
         Err(_) => dir.to_path_buf(),
     };
-    common.join("objects").is_dir() && common.join("refs").is_dir()
+    std::fs::metadata(common.join("objects")).is_ok()
+        && std::fs::metadata(common.join("refs")).is_ok()
 }
 
 /// The mode and contents of a regular file of at most 1 MiB.
@@ -1352,6 +1370,35 @@ mod tests {
         std::fs::write(pkg.join("sub/.git"), "gitdir: ../evil.git\n").unwrap();
         let repairs = Box::new(guard).run();
         assert!(!pkg.join("evil.git/config").exists(), "{repairs:?}");
+    }
+
+    /// A git directory whose `objects` and `refs` are files (git asks only that they be
+    /// executable) is still a repository; and a root made a bare repository by an earlier
+    /// call is judged again (here given a work tree through a `.git` file naming it).
+    #[test]
+    fn git_directories_are_taken_as_widely_as_git_takes_them() {
+        let (dir, _mono) = workspace_repo();
+        let root = dir.path().canonicalize().unwrap();
+        let ws = root.join("ws1");
+        std::fs::create_dir(&ws).unwrap();
+        let guard = NestedRepoGuard::before(std::slice::from_ref(&ws));
+        evil_repo(&ws);
+        for name in ["objects", "refs"] {
+            std::fs::remove_dir_all(ws.join(".git").join(name)).unwrap();
+            std::fs::write(ws.join(".git").join(name), "").unwrap();
+        }
+        let repairs = Box::new(guard).run();
+        assert!(!ws.join(".git/config").exists(), "{repairs:?}");
+        // A bare root from an earlier call, planted in this one.
+        let bare = root.join("bare");
+        std::fs::create_dir(&bare).unwrap();
+        git(&bare, &["init", "-q", "--bare", "."]);
+        std::thread::sleep(Duration::from_millis(100));
+        let guard = NestedRepoGuard::before(std::slice::from_ref(&bare));
+        git(&bare, &["config", "core.fsmonitor", "evil"]);
+        std::fs::write(bare.join(".git"), "gitdir: .\n").unwrap();
+        let repairs = Box::new(guard).run();
+        assert!(!bare.join("config").exists(), "{repairs:?}");
     }
 
     /// Nesting deeper than the check goes fails the call instead of passing unchecked.
