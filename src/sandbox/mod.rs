@@ -511,7 +511,8 @@ pub fn is_unrepaired(line: &str) -> bool {
 /// The after-call checks every sandboxed launch gets: nested repositories staged or
 /// changed during the call lose their config and hooks.
 pub fn nested_repo_checks(policy: &Policy) -> Vec<Box<dyn AfterCall>> {
-    let guard = nested_git::NestedRepoGuard::before(&policy.writable);
+    let protected = [&policy.read_only[..], &policy.absent[..]].concat();
+    let guard = nested_git::NestedRepoGuard::before(&policy.writable).trusting(&protected);
     if guard.is_empty() {
         Vec::new()
     } else {

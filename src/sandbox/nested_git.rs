@@ -281,6 +281,8 @@ pub struct NestedRepoGuard {
     /// moved, so a git directory prepared in an earlier call and renamed into place during
     /// this one shows only here.
     inodes: HashMap<PathBuf, Inode>,
+    /// Paths the policy keeps read-only and puts back (see [`NestedRepoGuard::trusting`]).
+    protected: HashSet<PathBuf>,
 }
 
 /// The inode a name leads to without following a symlink (`None`: nothing is there).
@@ -313,6 +315,7 @@ impl NestedRepoGuard {
             since: SystemTime::now() - Duration::from_millis(50),
             recent: HashMap::new(),
             inodes: HashMap::new(),
+            protected: HashSet::new(),
         };
         if let Some(found) = guard.discover(&mut Vec::new()) {
             guard.any_repo = true;
@@ -332,6 +335,14 @@ impl NestedRepoGuard {
             guard.before = found.into_iter().map(|f| f.git_dir).collect();
         }
         guard
+    }
+
+    /// The policy's protected paths: a writable root that is itself a git directory with
+    /// its config among them (a linked worktree's git directories, which the policy makes
+    /// writable roots and protects) is not judged on every call as an unprotected one is.
+    pub fn trusting(mut self, protected: &[PathBuf]) -> NestedRepoGuard {
+        self.protected.extend(protected.iter().cloned());
+        self
     }
 
     pub fn is_empty(&self) -> bool {
@@ -566,7 +577,11 @@ impl NestedRepoGuard {
                 // One the call made (none was there before it): judged like a gitlink's; so
                 // is a root that is itself the git directory, whatever its age (no policy
                 // protects it: the top repository's protection is of a `.git`).
-                Kind::Root if is_new || self.roots.contains(&repo.git_dir) => {
+                Kind::Root
+                    if is_new
+                        || (self.roots.contains(&repo.git_dir)
+                            && !self.protected.contains(&repo.git_dir.join("config"))) =>
+                {
                     could_run_code(&repo.git_dir, Path::new("/"))
                         .map(|why| format!("a repository at a writable root, and {why}"))
                 }
