@@ -45,6 +45,42 @@ pub fn allocator_survives_fork() {
     }
 }
 
+/// For tests: sets a resource limit (soft and hard) of this process; whether it took.
+#[cfg(all(test, target_os = "linux"))]
+pub(crate) fn limit_resource(resource: sandbox::rlimits::Resource, to: u64) -> bool {
+    let limit = libc::rlimit {
+        rlim_cur: to,
+        rlim_max: to,
+    };
+    unsafe { libc::setrlimit(resource, &limit) == 0 }
+}
+
+/// For tests: runs git in `dir` with a fixed identity and branch name and neither the
+/// system's nor the user's config; panics with git's error when it fails.
+#[cfg(test)]
+pub(crate) fn test_git(dir: &std::path::Path, args: &[&str]) {
+    let out = std::process::Command::new("git")
+        .args([
+            "-c",
+            "user.name=t",
+            "-c",
+            "user.email=t@t",
+            "-c",
+            "init.defaultBranch=main",
+        ])
+        .args(args)
+        .current_dir(dir)
+        .env("GIT_CONFIG_NOSYSTEM", "1")
+        .env("HOME", dir)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "git {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
 /// For tests: in a forked child, `setup`, then `check`, whose answer becomes the exit
 /// status (0 when it holds, 3 when `setup` failed, 2 when either panicked, 1 otherwise).
 /// For what must not touch the test process: its namespaces, its limits.

@@ -957,28 +957,7 @@ mod tests {
     use super::*;
     use std::process::Command;
 
-    fn git(dir: &Path, args: &[&str]) {
-        let ok = Command::new("git")
-            .args([
-                "-c",
-                "user.name=t",
-                "-c",
-                "user.email=t@t",
-                "-c",
-                "init.defaultBranch=main",
-            ])
-            .args(args)
-            .current_dir(dir)
-            .env("GIT_CONFIG_NOSYSTEM", "1")
-            .env("HOME", dir)
-            .output()
-            .unwrap();
-        assert!(
-            ok.status.success(),
-            "git {args:?}: {}",
-            String::from_utf8_lossy(&ok.stderr)
-        );
-    }
+    use crate::test_git as git;
 
     #[test]
     fn parses_gitlinks_of_every_index_version() {

@@ -560,13 +560,7 @@ mod tests {
         std::fs::write(planted.join(&deep).join("file"), "x").unwrap();
         symlink(root.join("outside"), planted.join("d/d/link")).unwrap();
         let code = crate::in_a_child(
-            || unsafe {
-                let limit = libc::rlimit {
-                    rlim_cur: 32,
-                    rlim_max: 32,
-                };
-                libc::setrlimit(libc::RLIMIT_NOFILE, &limit) == 0
-            },
+            || crate::limit_resource(libc::RLIMIT_NOFILE, 32),
             || Entry::locate(&planted).and_then(|e| e.remove()).is_ok(),
         );
         assert_eq!(code, 0, "the removal failed");

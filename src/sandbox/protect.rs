@@ -1131,13 +1131,7 @@ mod tests {
         std::fs::create_dir_all(hooks.join(&deep)).unwrap();
         std::fs::write(hooks.join(&deep).join("pre-push"), "evil").unwrap();
         let code = crate::in_a_child(
-            || unsafe {
-                let limit = libc::rlimit {
-                    rlim_cur: 64,
-                    rlim_max: 64,
-                };
-                libc::setrlimit(libc::RLIMIT_NOFILE, &limit) == 0
-            },
+            || crate::limit_resource(libc::RLIMIT_NOFILE, 64),
             || {
                 let said = call.restore();
                 !said.iter().any(|l| crate::sandbox::is_unrepaired(l))
@@ -1168,11 +1162,7 @@ mod tests {
             || unsafe {
                 // Files of at most 64 bytes: the repair of the config fails (EFBIG).
                 libc::signal(libc::SIGXFSZ, libc::SIG_IGN);
-                let limit = libc::rlimit {
-                    rlim_cur: 64,
-                    rlim_max: 64,
-                };
-                libc::setrlimit(libc::RLIMIT_FSIZE, &limit) == 0
+                crate::limit_resource(libc::RLIMIT_FSIZE, 64)
             },
             || {
                 let said = call.restore();

@@ -27,9 +27,9 @@ impl From<&Limits> for Rlimits {
 
 /// The type libc gives resource numbers.
 #[cfg(all(target_os = "linux", target_env = "gnu"))]
-type Resource = libc::__rlimit_resource_t;
+pub(crate) type Resource = libc::__rlimit_resource_t;
 #[cfg(not(all(target_os = "linux", target_env = "gnu")))]
-type Resource = libc::c_int;
+pub(crate) type Resource = libc::c_int;
 
 /// `value` as both limits, but never above the hard limit in `current`.
 fn lowered(value: u64, current: &libc::rlimit) -> libc::rlimit {

@@ -1125,17 +1125,7 @@ mod tests {
     /// the host's `git status` would run is moved aside, and the result says so.
     #[tokio::test]
     async fn a_write_into_a_nested_repository_s_git_directory_is_undone() {
-        let git = |dir: &std::path::Path, args: &[&str]| {
-            let out = std::process::Command::new("git")
-                .args(["-c", "user.name=t", "-c", "user.email=t@t"])
-                .args(args)
-                .current_dir(dir)
-                .env("GIT_CONFIG_NOSYSTEM", "1")
-                .env("HOME", dir)
-                .output()
-                .unwrap();
-            assert!(out.status.success(), "git {args:?}: {out:?}");
-        };
+        let git = crate::test_git;
         let fx = Fixture::with_profile("workspace-write", |ws| {
             git(ws, &["init", "-q"]);
             std::fs::create_dir(ws.join("sub")).unwrap();
