@@ -509,15 +509,12 @@ pub fn is_unrepaired(line: &str) -> bool {
 }
 
 /// The after-call checks every sandboxed launch gets: nested repositories staged or
-/// changed during the call lose their config and hooks.
+/// changed during the call, or holding what could run code, lose their config and hooks.
+/// Always one, even where no root is a repository: the command may make one.
 pub fn nested_repo_checks(policy: &Policy) -> Vec<Box<dyn AfterCall>> {
     let protected = [&policy.read_only[..], &policy.absent[..]].concat();
     let guard = nested_git::NestedRepoGuard::before(&policy.writable).trusting(&protected);
-    if guard.is_empty() {
-        Vec::new()
-    } else {
-        vec![Box::new(guard)]
-    }
+    vec![Box::new(guard)]
 }
 
 /// A name part no other process can guess: repairs name their staging and quarantine

@@ -267,8 +267,6 @@ pub struct NestedRepoGuard {
     roots: Vec<PathBuf>,
     /// The git directories found before the call.
     before: HashSet<PathBuf>,
-    /// Whether any root is a repository at all (if none is, there is nothing to check).
-    any_repo: bool,
     /// Anything whose ctime is later than this changed during the call. (ctime cannot be
     /// set from user space; a little slack covers the kernel's coarse clock.)
     since: SystemTime,
@@ -311,29 +309,26 @@ impl NestedRepoGuard {
         let mut guard = NestedRepoGuard {
             roots: writable.to_vec(),
             before: HashSet::new(),
-            any_repo: false,
             since: SystemTime::now() - Duration::from_millis(50),
             recent: HashMap::new(),
             inodes: HashMap::new(),
             protected: HashSet::new(),
         };
-        if let Some(found) = guard.discover(&mut Vec::new()) {
-            guard.any_repo = true;
-            for repo in &found {
-                let names = risky_names(&repo.git_dir);
-                for path in names.iter().chain([&repo.git_dir]) {
-                    guard.inodes.insert(path.clone(), inode(path));
-                }
-                for path in names.iter().chain(&repo.dot_git) {
-                    if guard.changed(path) {
-                        if let Some(then) = small_file(path) {
-                            guard.recent.insert(path.clone(), then);
-                        }
+        let found = guard.discover(&mut Vec::new());
+        for repo in &found {
+            let names = risky_names(&repo.git_dir);
+            for path in names.iter().chain([&repo.git_dir]) {
+                guard.inodes.insert(path.clone(), inode(path));
+            }
+            for path in names.iter().chain(&repo.dot_git) {
+                if guard.changed(path) {
+                    if let Some(then) = small_file(path) {
+                        guard.recent.insert(path.clone(), then);
                     }
                 }
             }
-            guard.before = found.into_iter().map(|f| f.git_dir).collect();
         }
+        guard.before = found.into_iter().map(|f| f.git_dir).collect();
         guard
     }
 
@@ -345,16 +340,12 @@ impl NestedRepoGuard {
         self
     }
 
-    pub fn is_empty(&self) -> bool {
-        !self.any_repo
-    }
-
     fn inside_roots(&self, path: &Path) -> bool {
         self.roots.iter().any(|r| path.starts_with(r))
     }
 
     /// `None` when no writable root is a repository at all.
-    fn discover(&self, problems: &mut Vec<String>) -> Option<Vec<Found>> {
+    fn discover(&self, problems: &mut Vec<String>) -> Vec<Found> {
         let mut seen = HashSet::new();
         let mut found = Vec::new();
         let mut tops = Vec::new();
@@ -419,8 +410,7 @@ impl NestedRepoGuard {
                 }
             }
         }
-        // Always a check: the command may make the root a repository.
-        Some(found)
+        found
     }
 
     /// Follows the gitlinks of one repository, and theirs in turn.
@@ -535,7 +525,7 @@ impl NestedRepoGuard {
         let mut settled = false;
         for _ in 0..16 {
             problems.clear();
-            let found = self.discover(&mut problems).unwrap_or_default();
+            let found = self.discover(&mut problems);
             if !self.quarantine(found, &mut repairs) {
                 settled = true;
                 break;
@@ -1295,7 +1285,6 @@ mod tests {
         let pkg = mono.join("pkg");
         std::thread::sleep(Duration::from_millis(100));
         let guard = NestedRepoGuard::before(std::slice::from_ref(&pkg));
-        assert!(!guard.is_empty());
         // The command: the submodule's gitfile replaced by a repository of its own.
         let lib = pkg.join("lib");
         std::fs::remove_file(lib.join(".git")).unwrap();
