@@ -1071,6 +1071,44 @@ fn escape_git_config_worktree_runs_on_host(backend: &str) {
     assert_absent(&pwned, "core.fsmonitor in .git/config.worktree", &ran);
 }
 
+/// A `.git` git's own test refuses makes git take the workspace itself for a bare
+/// repository: the command breaks `.git` without touching a protected path (a `HEAD` that
+/// names no ref; or, as a normal user, `refs` closed to its owner) and builds a repository
+/// at the root whose config gives it the workspace for a work tree and a `core.fsmonitor`.
+#[backends]
+fn escape_git_passes_over_a_broken_dot_git_to_the_root(backend: &str) {
+    for (name, break_dot_git) in [
+        (
+            "a HEAD that names no ref",
+            "printf 'garbage\\n' > .git/HEAD",
+        ),
+        ("refs closed to its owner", "chmod 000 .git/refs"),
+    ] {
+        let fx = Fixture::new();
+        fx.init_repo();
+        let pwned = fx.outside("pwned-bare-root");
+        let ran = fx.chitti(backend).sh(&probe(&format!(
+            "{break_dot_git}; mkdir -p objects/info refs/heads hooks; \
+             printf 'ref: refs/heads/main\\n' > HEAD; \
+             echo \"$PWD/.git/objects\" > objects/info/alternates; \
+             cat .git/refs/heads/main > refs/heads/main 2>/dev/null; cp .git/index index; \
+             printf '[core]\\n\\trepositoryformatversion = 0\\n\\tbare = false\\n\\tworktree = .\\n\\tfsmonitor = \"touch {p}; false\"\\n' > config",
+            p = sh_quote(&pwned)
+        )));
+        ran.assert_probe_ran();
+        let _ = host_git(&fx.ws, &fx.home, &["status", "--short"]);
+        let _ = std::fs::set_permissions(
+            fx.ws(".git/refs"),
+            std::os::unix::fs::PermissionsExt::from_mode(0o755),
+        );
+        assert_absent(
+            &pwned,
+            &format!("a bare repository at the root behind {name}"),
+            &ran,
+        );
+    }
+}
+
 /// Two calls at once in one repository. The first plants a `core.fsmonitor` in `.git/config`
 /// and in `.git/config.worktree` and waits until the second has started; the second waits
 /// until the first has ended (and put its paths back), then plants `config.worktree` again.

@@ -5,6 +5,7 @@
 //! has its config, commondir and hooks moved aside (and the move is reported).
 
 use std::collections::{HashMap, HashSet};
+use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -353,23 +354,31 @@ impl NestedRepoGuard {
         // top, but the host's git enters the gitlinks of its index that lie in the root.
         let mut enclosing = Vec::new();
         for root in &self.roots {
-            if let Some(git_dir) = root_repository(root) {
+            let taken = root_repositories(root);
+            for git_dir in taken.git_dirs {
+                let label = if &git_dir == root {
+                    format!(
+                        "the writable root {} taken as a bare repository",
+                        root.display()
+                    )
+                } else {
+                    format!("the repository at {}", root.display())
+                };
                 found.push(Found {
-                    label: format!("the repository at {}", root.display()),
+                    label,
                     dot_git: None,
                     git_dir,
                     kind: Kind::Root,
                 });
             }
-            let Some(top) = top_repository(root) else {
-                if is_git_dir(root) {
-                    continue; // git takes the root itself for its repository
-                }
+            if taken.may_go_above {
                 if let Some((work, git_dir)) = enclosing_repository(root) {
                     if seen.insert(git_dir.clone()) {
                         enclosing.push((work, git_dir));
                     }
                 }
+            }
+            let Some(top) = top_repository(root) else {
                 continue;
             };
             seen.insert(top.git_dir.clone());
@@ -446,7 +455,6 @@ impl NestedRepoGuard {
             // Git checks index paths only when it adds them: reading an index, it takes a
             // path as it is (`./sub`, `x/../sub`, `sub/`) and the kernel resolves it. So
             // does chitti (symlinks too, which git would not enter: stricter).
-            use std::os::unix::ffi::OsStrExt;
             let Ok(sub_work) = canonicalize(&work_dir.join(std::ffi::OsStr::from_bytes(&link)))
             else {
                 continue;
@@ -703,26 +711,108 @@ fn enclosing_repository(root: &Path) -> Option<(PathBuf, PathBuf)> {
     })
 }
 
-/// The git directory git finds at `root` itself: its valid `.git`, or the root as a bare
-/// repository.
-fn root_repository(root: &Path) -> Option<PathBuf> {
-    match git_dir_of(root) {
-        Ok(Some(git_dir)) => Some(git_dir),
-        _ => is_git_dir(root).then(|| root.to_path_buf()),
+/// What git may take for the repository at a writable root itself.
+struct RootRepositories {
+    /// Its `.git`, and the root as a bare repository where git may pass that `.git` over.
+    git_dirs: Vec<PathBuf>,
+    /// Whether git may pass both over and look in the directories above the root.
+    may_go_above: bool,
+}
+
+/// The git directories git may take at `root`, in the order it tries them: the `.git`
+/// there, else the root itself as a bare repository, else the directories above. A `.git`
+/// file stops git (it uses or refuses what the file names); a `.git` directory stops it
+/// only if git's own test passes, which is stricter than [`is_git_dir`] and which the
+/// sandbox can make fail (a `HEAD` git cannot read as a reference, `refs` it may not
+/// search), handing the workspace to whatever git tries next. So where chitti cannot be
+/// sure that git stops at one ([`git_stops_at`]), the next is taken too.
+fn root_repositories(root: &Path) -> RootRepositories {
+    let dot_git = root.join(".git");
+    let mut git_dirs = Vec::new();
+    let own = git_dir_of(root);
+    if let Ok(Some(git_dir)) = &own {
+        git_dirs.push(git_dir.clone());
+    }
+    let is_gitfile = std::fs::metadata(&dot_git).is_ok_and(|m| m.is_file());
+    let stops_at_dot_git = is_gitfile || git_stops_at(&dot_git);
+    if (!matches!(own, Ok(Some(_))) || !stops_at_dot_git) && is_git_dir(root) {
+        git_dirs.push(root.to_path_buf());
+    }
+    RootRepositories {
+        git_dirs,
+        may_go_above: !stops_at_dot_git && !git_stops_at(root),
     }
 }
 
-/// Whether git could take `dir` for a git directory (its `is_git_directory`): a `HEAD`, and
-/// `objects` and `refs` there or in the directory its `commondir` names. Wider than git's
-/// test where they differ (any `objects` and `refs`, where git asks only that each be
-/// searchable or executable): taking too much for a repository only judges more.
-fn is_git_dir(dir: &Path) -> bool {
-    use std::os::unix::ffi::OsStrExt;
-    if std::fs::symlink_metadata(dir.join("HEAD")).is_err() {
+/// Whether git surely takes `dir` for a git directory, so that its search for a
+/// repository stops there (its `is_git_directory`): a `HEAD` that is a symlink into
+/// `refs/`, or a regular file that begins `ref:` and names a ref under `refs/` or begins
+/// with an object id; and `objects` and `refs` that are directories the caller may search
+/// (`access`, as git asks it: the supervisor runs as the user whose git will look), there
+/// or in the directory `commondir` names. Narrower than git's test where they differ (a
+/// `HEAD` that is a FIFO, `objects` a searchable file): being unsure only judges more.
+fn git_stops_at(dir: &Path) -> bool {
+    let head = dir.join("HEAD");
+    let Ok(meta) = std::fs::symlink_metadata(&head) else {
+        return false;
+    };
+    let head_ok = if meta.file_type().is_symlink() {
+        std::fs::read_link(&head).is_ok_and(|to| to.as_os_str().as_bytes().starts_with(b"refs/"))
+    } else if meta.is_file() {
+        read_head_start(&head).is_some_and(|text| head_names_a_ref_or_object(&text))
+    } else {
+        false
+    };
+    if !head_ok {
         return false;
     }
-    // Read as git reads it: bytes up to a NUL, less the line ends.
-    let common = match std::fs::read(dir.join("commondir")) {
+    let common = common_dir(dir);
+    ["objects", "refs"].iter().all(|name| {
+        let path = common.join(name);
+        std::fs::metadata(&path).is_ok_and(|m| m.is_dir()) && may_search(&path)
+    })
+}
+
+/// The first 255 bytes of a `HEAD`, as much as git reads of it.
+fn read_head_start(head: &Path) -> Option<Vec<u8>> {
+    use std::io::Read;
+    let mut text = Vec::with_capacity(255);
+    std::fs::File::open(head)
+        .ok()?
+        .take(255)
+        .read_to_end(&mut text)
+        .ok()?;
+    Some(text)
+}
+
+/// Git's `validate_headref` on a `HEAD` file's first bytes: `ref:`, blanks, then `refs/`;
+/// or an object id in hex (SHA-1 or SHA-256 length) at the start.
+fn head_names_a_ref_or_object(text: &[u8]) -> bool {
+    if let Some(rest) = text.strip_prefix(b"ref:") {
+        let start = rest
+            .iter()
+            .position(|b| !matches!(b, b' ' | b'\t' | b'\n' | b'\r'))
+            .unwrap_or(rest.len());
+        return rest[start..].starts_with(b"refs/");
+    }
+    [40, 64]
+        .iter()
+        .any(|&len| text.len() >= len && text[..len].iter().all(u8::is_ascii_hexdigit))
+}
+
+/// Whether this process may search `dir` (`access(X_OK)`, by its real user, as git asks).
+fn may_search(dir: &Path) -> bool {
+    let Ok(path) = std::ffi::CString::new(dir.as_os_str().as_bytes()) else {
+        return false;
+    };
+    unsafe { libc::access(path.as_ptr(), libc::X_OK) == 0 }
+}
+
+/// The directory holding a git directory's `objects` and `refs`: the one its `commondir`
+/// names (read as git reads it: bytes up to a NUL, less the line ends; relative to the git
+/// directory), else the git directory itself.
+fn common_dir(dir: &Path) -> PathBuf {
+    match std::fs::read(dir.join("commondir")) {
         Ok(text) => {
             let mut path = text.split(|b| *b == 0).next().unwrap_or_default();
             while let Some(rest) = path
@@ -734,7 +824,18 @@ fn is_git_dir(dir: &Path) -> bool {
             dir.join(std::ffi::OsStr::from_bytes(path))
         }
         Err(_) => dir.to_path_buf(),
-    };
+    }
+}
+
+/// Whether git could take `dir` for a git directory (its `is_git_directory`): a `HEAD`, and
+/// `objects` and `refs` there or in the directory its `commondir` names. Wider than git's
+/// test where they differ (any `objects` and `refs`, where git asks only that each be
+/// searchable or executable): taking too much for a repository only judges more.
+fn is_git_dir(dir: &Path) -> bool {
+    if std::fs::symlink_metadata(dir.join("HEAD")).is_err() {
+        return false;
+    }
+    let common = common_dir(dir);
     std::fs::metadata(common.join("objects")).is_ok()
         && std::fs::metadata(common.join("refs")).is_ok()
 }
@@ -885,7 +986,6 @@ fn read_index(index: &Path, id_len: usize) -> Result<Option<IndexGitlinks>, Stri
 /// it, less its line ends only, is the path (from the work tree when relative). `Ok(None)`
 /// where git finds no repository either; `Err` for a `.git` chitti cannot read as git would.
 fn git_dir_of(work_dir: &Path) -> Result<Option<PathBuf>, String> {
-    use std::os::unix::ffi::OsStrExt;
     let dot_git = work_dir.join(".git");
     let cannot = |why: String| Err(format!("{}: {why}", dot_git.display()));
     let meta = match std::fs::metadata(&dot_git) {
@@ -1353,6 +1453,91 @@ mod tests {
         std::fs::write(pkg.join("sub/.git"), "gitdir: ../evil.git\n").unwrap();
         let repairs = Box::new(guard).run();
         assert!(!pkg.join("evil.git/config").exists(), "{repairs:?}");
+    }
+
+    /// A `.git` that git's own test refuses (a `HEAD` that names no ref, `refs` it may not
+    /// search) makes git take the root itself for a bare repository, or go on above it:
+    /// what it would take instead is judged (a review found this bypass: the command
+    /// broke `.git/HEAD` and built a repository with a `core.fsmonitor` at the root).
+    #[test]
+    fn a_dot_git_git_passes_over_hands_the_root_to_what_git_tries_next() {
+        let bare_at_root = |ws: &Path| {
+            for d in ["objects", "refs"] {
+                std::fs::create_dir(ws.join(d)).unwrap();
+            }
+            std::fs::write(ws.join("HEAD"), "ref: refs/heads/main\n").unwrap();
+            std::fs::write(
+                ws.join("config"),
+                "[core]\n\tbare = false\n\tworktree = .\n\tfsmonitor = evil\n",
+            )
+            .unwrap();
+        };
+        // HEAD broken: every user's git passes `.git` over.
+        let (_dir, ws) = workspace_repo();
+        let guard = NestedRepoGuard::before(std::slice::from_ref(&ws));
+        std::fs::write(ws.join(".git/HEAD"), "garbage\n").unwrap();
+        bare_at_root(&ws);
+        let repairs = Box::new(guard).run();
+        assert!(!ws.join("config").exists(), "{repairs:?}");
+        assert!(
+            repairs
+                .iter()
+                .any(|r| r.contains("taken as a bare repository")),
+            "{repairs:?}"
+        );
+        // `refs` closed: only a user's git passes it over (root may search it anyway).
+        if !nix::unistd::geteuid().is_root() {
+            use std::os::unix::fs::PermissionsExt;
+            let (_dir, ws) = workspace_repo();
+            let guard = NestedRepoGuard::before(std::slice::from_ref(&ws));
+            let refs = ws.join(".git/refs");
+            std::fs::set_permissions(&refs, std::fs::Permissions::from_mode(0o000)).unwrap();
+            bare_at_root(&ws);
+            let repairs = Box::new(guard).run();
+            std::fs::set_permissions(&refs, std::fs::Permissions::from_mode(0o755)).unwrap();
+            assert!(!ws.join("config").exists(), "{repairs:?}");
+        }
+        // An intact `.git` stops git: a `config` at the root is the project's own file.
+        let (_dir, ws) = workspace_repo();
+        let guard = NestedRepoGuard::before(std::slice::from_ref(&ws));
+        bare_at_root(&ws);
+        let repairs = Box::new(guard).run();
+        assert!(ws.join("config").exists(), "{repairs:?}");
+    }
+
+    /// Git's test of a git directory, as far as chitti is sure of it.
+    #[test]
+    fn git_stops_only_at_a_git_directory_git_surely_takes() {
+        let (_dir, ws) = workspace_repo();
+        let git_dir = ws.join(".git");
+        assert!(git_stops_at(&git_dir));
+        let head = git_dir.join("HEAD");
+        for (text, stops) in [
+            ("ref: refs/heads/main\n", true),
+            ("ref:\t refs/x", true),
+            ("ref: heads/main\n", false),
+            ("garbage\n", false),
+            ("", false),
+            (&"a".repeat(40), true),
+            (&"A".repeat(39), false),
+            (&"0".repeat(64), true),
+        ] {
+            std::fs::write(&head, text).unwrap();
+            assert_eq!(git_stops_at(&git_dir), stops, "HEAD {text:?}");
+        }
+        std::fs::remove_file(&head).unwrap();
+        std::os::unix::fs::symlink("refs/heads/main", &head).unwrap();
+        assert!(git_stops_at(&git_dir));
+        std::fs::remove_file(&head).unwrap();
+        std::os::unix::fs::symlink("elsewhere", &head).unwrap();
+        assert!(!git_stops_at(&git_dir));
+        std::fs::remove_file(&head).unwrap();
+        std::fs::write(&head, "ref: refs/heads/main\n").unwrap();
+        // `objects` must be a directory here (git would take a searchable file).
+        std::fs::rename(git_dir.join("objects"), ws.join("objects-moved")).unwrap();
+        std::fs::write(git_dir.join("objects"), "").unwrap();
+        assert!(!git_stops_at(&git_dir));
+        assert!(is_git_dir(&git_dir), "still judged as a git directory");
     }
 
     /// A git directory whose `objects` and `refs` are files (git asks only that they be
