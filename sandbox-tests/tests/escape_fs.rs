@@ -1109,6 +1109,55 @@ fn escape_git_passes_over_a_broken_dot_git_to_the_root(backend: &str) {
     }
 }
 
+/// A gitlink whose `.git` names the workspace's own git directory: git enters it and reads
+/// the top's index from that folder, so a second gitlink `x` there is `B/x` to git, a
+/// repository with a `core.fsmonitor` (a review found this).
+#[backends]
+fn escape_git_gitlink_borrowing_the_top_git_dir(backend: &str) {
+    let fx = Fixture::new();
+    fx.init_repo();
+    let pwned = fx.outside("pwned-borrowed-git-dir");
+    let ran = fx.chitti(backend).sh(&probe(&format!(
+        "git init -q B/x && cd B/x && echo a > f && git add f && \
+         git -c user.name=t -c user.email=t@t commit -qm s && \
+         git config core.fsmonitor \"touch {p}; false\" && oid=$(git rev-parse HEAD) && cd ../.. && \
+         printf 'gitdir: ../.git\\n' > B/.git && \
+         git update-index --add --cacheinfo 160000,$oid,B && \
+         git update-index --add --cacheinfo 160000,$oid,x",
+        p = sh_quote(&pwned)
+    )));
+    ran.assert_probe_ran();
+    let _ = host_git(&fx.ws, &fx.home, &["status", "--short"]);
+    assert_absent(
+        &pwned,
+        "a gitlink whose .git names the top's git directory",
+        &ran,
+    );
+}
+
+/// A repository the command makes at an empty workspace, with `core.worktree = /` and a
+/// gitlink named by its path from `/`: the check read the index from the workspace, git
+/// reads it from `/` and enters the gitlink (a review found this).
+#[backends]
+fn escape_git_root_repository_with_a_work_tree_elsewhere(backend: &str) {
+    let fx = Fixture::new();
+    let pwned = fx.outside("pwned-worktree-slash");
+    let ran = fx.chitti(backend).sh(&probe(&format!(
+        "git init -q sub && git -C sub -c user.name=t -c user.email=t@t commit -q --allow-empty -m x && \
+         git -C sub config core.fsmonitor \"touch {p}; false\" && git init -q . && \
+         git update-index --add --cacheinfo \"160000,$(git -C sub rev-parse HEAD),${{PWD#/}}/sub\" && \
+         git config core.worktree / && git config status.showUntrackedFiles no",
+        p = sh_quote(&pwned)
+    )));
+    ran.assert_probe_ran();
+    let _ = host_git(&fx.ws, &fx.home, &["status", "--short"]);
+    assert_absent(
+        &pwned,
+        "a repository at the root whose work tree is /",
+        &ran,
+    );
+}
+
 /// Two calls at once in one repository. The first plants a `core.fsmonitor` in `.git/config`
 /// and in `.git/config.worktree` and waits until the second has started; the second waits
 /// until the first has ended (and put its paths back), then plants `config.worktree` again.

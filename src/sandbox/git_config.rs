@@ -10,6 +10,11 @@
 /// setting in it is known to run none. `own_work_tree` says whether a `core.worktree`
 /// value leads back to the repository's own work tree (what git writes for a submodule).
 pub fn runs_code(text: &[u8], own_work_tree: impl Fn(&str) -> bool) -> Option<String> {
+    // Git reads names and values as C strings: a NUL would end one early (a subsection
+    // `o.uploadpack\0` is `remote.o.uploadpack` to git).
+    if text.contains(&0) {
+        return Some("it holds a NUL byte".into());
+    }
     let text = match std::str::from_utf8(text) {
         Ok(text) => text,
         Err(_) => return Some("it is not UTF-8 text".into()),
@@ -41,10 +46,18 @@ pub fn runs_code(text: &[u8], own_work_tree: impl Fn(&str) -> bool) -> Option<St
         let Some((key, value)) = parse_setting(line) else {
             return Some(format!("line {number} is not a setting chitti reads"));
         };
-        let work_tree = || key == "worktree" && value.as_deref().is_some_and(&own_work_tree);
-        if !(harmless(name, sub.as_deref(), &key, value.as_deref())
-            || (name == "core" && sub.is_none() && work_tree()))
-        {
+        let readings: Vec<Option<&str>> = match &value {
+            Some(value) => value.readings().map(Some).collect(),
+            None => vec![None],
+        };
+        let passes = |value: Option<&str>| {
+            harmless(name, sub.as_deref(), &key, value)
+                || (name == "core"
+                    && sub.is_none()
+                    && key == "worktree"
+                    && value.is_some_and(&own_work_tree))
+        };
+        if !readings.into_iter().all(passes) {
             let shown = match sub {
                 Some(sub) => format!("{name}.{sub}.{key}"),
                 None => format!("{name}.{key}"),
@@ -60,6 +73,9 @@ pub fn runs_code(text: &[u8], own_work_tree: impl Fn(&str) -> bool) -> Option<St
 /// The value of `section.key` (no subsection; the last one set wins, as in git): `Some(None)`
 /// when it is not set, `None` when the file cannot be read here.
 pub fn value(text: &[u8], section: &str, key: &str) -> Option<Option<String>> {
+    if text.contains(&0) {
+        return None;
+    }
     let text = std::str::from_utf8(text).ok()?;
     let mut current: Option<(String, Option<String>)> = None;
     let mut found = None;
@@ -78,7 +94,10 @@ pub fn value(text: &[u8], section: &str, key: &str) -> Option<Option<String>> {
             .is_some_and(|(s, sub)| s == section && sub.is_none())
             && name == key
         {
-            found = Some(value.unwrap_or_else(|| "true".into()));
+            found = Some(match value {
+                Some(value) => value.agreed()?,
+                None => "true".into(),
+            });
         }
     }
     Some(found)
@@ -147,7 +166,8 @@ fn parse_header(header: &str) -> Option<(String, Option<String>)> {
 
 /// `key`, `key = value`: the lowercased key and the value as git reads it (quotes and
 /// escapes undone, a comment after it dropped); `None` for a key alone (boolean true).
-fn parse_setting(line: &str) -> Option<(String, Option<String>)> {
+/// Blanks between words outside quotes are read two ways (see [`Value`]).
+fn parse_setting(line: &str) -> Option<(String, Option<Value>)> {
     let end = line
         .find(|c: char| !(c.is_ascii_alphanumeric() || c == '-'))
         .unwrap_or(line.len());
@@ -162,38 +182,68 @@ fn parse_setting(line: &str) -> Option<(String, Option<String>)> {
         return Some((key.to_ascii_lowercase(), None));
     }
     let raw = rest.strip_prefix('=')?;
-    // As git's `parse_value`: blanks outside quotes are dropped at the ends and kept as
-    // one space each between words; inside quotes everything is kept.
-    let mut value = String::new();
-    let (mut quoted, mut spaces, mut chars) = (false, 0usize, raw.chars());
+    // As git's `parse_value`: blanks outside quotes are dropped at the ends; inside quotes
+    // everything is kept.
+    let mut value = Value::default();
+    let (mut quoted, mut between, mut chars) = (false, String::new(), raw.chars());
     while let Some(c) = chars.next() {
         if !quoted && blank(c) {
-            if !value.is_empty() {
-                spaces += 1;
+            if !value.squashed.is_empty() {
+                between.push(c);
             }
             continue;
         }
         if !quoted && matches!(c, '#' | ';') {
             break;
         }
-        value.extend(std::iter::repeat_n(' ', spaces));
-        spaces = 0;
-        match c {
+        if !between.is_empty() {
+            value.squashed.push(' ');
+            value.verbatim.push_str(&between);
+            between.clear();
+        }
+        let c = match c {
             '\\' => match chars.next()? {
-                'n' => value.push('\n'),
-                't' => value.push('\t'),
-                'b' => value.push('\u{8}'),
-                c @ ('"' | '\\') => value.push(c),
+                'n' => '\n',
+                't' => '\t',
+                'b' => '\u{8}',
+                c @ ('"' | '\\') => c,
                 _ => return None,
             },
-            '"' => quoted = !quoted,
-            c => value.push(c),
-        }
+            '"' => {
+                quoted = !quoted;
+                continue;
+            }
+            c => c,
+        };
+        value.squashed.push(c);
+        value.verbatim.push(c);
     }
     if quoted {
         return None;
     }
     Some((key.to_ascii_lowercase(), Some(value)))
+}
+
+/// A setting's value as versions of git read it: blanks between words outside quotes
+/// become one space each in older ones and stay as they are in newer ones (2.47 here).
+/// A value is judged as both.
+#[derive(Debug, Default, PartialEq, Eq)]
+struct Value {
+    squashed: String,
+    verbatim: String,
+}
+
+impl Value {
+    /// Both readings, the same where they agree.
+    fn readings(&self) -> impl Iterator<Item = &str> {
+        std::iter::once(self.squashed.as_str())
+            .chain((self.verbatim != self.squashed).then_some(self.verbatim.as_str()))
+    }
+
+    /// The value where every version of git reads it the same.
+    fn agreed(self) -> Option<String> {
+        (self.squashed == self.verbatim).then_some(self.squashed)
+    }
 }
 
 /// Whether git reads `value` as a boolean (a key alone is true).
@@ -371,6 +421,49 @@ mod tests {
             );
         }
         assert!(runs_code(b"[core]\n\tbare = \xff\n", |_| false).is_some());
+        // Git reads up to a NUL: this subsection is `o.uploadpack` to it.
+        let nul = b"[remote \"o.uploadpack\0\"]\n\turl = evil\n";
+        assert!(runs_code(nul, |_| false).is_some());
+        assert_eq!(
+            value(
+                b"[extensions]\n\tobjectformat = sha1\0\n",
+                "extensions",
+                "objectformat"
+            ),
+            None
+        );
+    }
+
+    /// Newer versions of git keep the blanks between a value's words as they are, older
+    /// ones make each run one space: a value is judged as both.
+    #[test]
+    fn a_value_is_judged_as_every_version_of_git_reads_it() {
+        for config in [
+            "[filter \"lfs\"]\n\tclean = git-lfs\tclean -- %f\n",
+            "[filter \"lfs\"]\n\tclean = git-lfs  clean -- %f\n",
+            "[filter \"lfs\"]\n\tclean = git-lfs\rclean -- %f\n",
+        ] {
+            assert!(
+                runs_code(config.as_bytes(), |_| false).is_some(),
+                "{config:?}"
+            );
+        }
+        let spaced = b"[user]\n\tname = A  B\n[filter \"lfs\"]\n\tclean = git-lfs clean -- %f\n";
+        assert_eq!(runs_code(spaced, |_| false), None);
+        let worktree = b"[core]\n\tworktree = ../a\t b\n";
+        assert!(runs_code(worktree, |v| v == "../a b").is_some());
+        assert_eq!(
+            runs_code(worktree, |v| v == "../a b" || v == "../a\t b"),
+            None
+        );
+        assert_eq!(
+            value(b"[core]\n\tworktree = a  b\n", "core", "worktree"),
+            None
+        );
+        assert_eq!(
+            value(b"[core]\n\tworktree = \"a  b\"\n", "core", "worktree"),
+            Some(Some("a  b".into()))
+        );
     }
 
     /// A submodule's `core.worktree` passes only where it leads back to its own work tree.
@@ -383,9 +476,15 @@ mod tests {
 
     #[test]
     fn values_are_read_as_git_reads_them() {
+        let value = |s: &str| {
+            Some(Value {
+                squashed: s.into(),
+                verbatim: s.into(),
+            })
+        };
         assert_eq!(
             parse_setting("url = \"a;b\" ; comment"),
-            Some(("url".into(), Some("a;b".into())))
+            Some(("url".into(), value("a;b")))
         );
         assert_eq!(
             parse_setting("update = \\!x"),

@@ -235,6 +235,10 @@ fn varint(index: &mut IndexReader) -> Option<u64> {
 /// Nested repositories inside nested repositories are followed this deep.
 const MAX_DEPTH: usize = 8;
 
+/// At most this many indexes are followed (one git directory may serve many work trees,
+/// each read again): past it the call fails rather than check for ever.
+const MAX_FOLLOWED: usize = 4096;
+
 /// What git reads from a git directory that can make it run code.
 const RISKY: [&str; 4] = ["config", "commondir", "hooks", "config.worktree"];
 
@@ -255,6 +259,9 @@ struct Found {
     git_dir: PathBuf,
     /// The work tree's `.git` entry (gitlinks only).
     dot_git: Option<PathBuf>,
+    /// The work tree whose index paths the check read with it, if it has one: the only
+    /// `core.worktree` its config may name (any other moves the paths git enters).
+    work_tree: Option<PathBuf>,
     /// How the report names it.
     label: String,
     kind: Kind,
@@ -347,7 +354,7 @@ impl NestedRepoGuard {
 
     /// `None` when no writable root is a repository at all.
     fn discover(&self, problems: &mut Vec<String>) -> Vec<Found> {
-        let mut seen = HashSet::new();
+        let mut seen = Walked::default();
         let mut found = Vec::new();
         let mut tops = Vec::new();
         // A root inside a repository (a package of a larger one) is not that repository's
@@ -356,24 +363,28 @@ impl NestedRepoGuard {
         for root in &self.roots {
             let taken = root_repositories(root);
             for git_dir in taken.git_dirs {
-                let label = if &git_dir == root {
-                    format!(
+                // A bare repository has no work tree of its own to name.
+                let (label, work_tree) = if &git_dir == root {
+                    let label = format!(
                         "the writable root {} taken as a bare repository",
                         root.display()
-                    )
+                    );
+                    (label, None)
                 } else {
-                    format!("the repository at {}", root.display())
+                    let label = format!("the repository at {}", root.display());
+                    (label, Some(root.clone()))
                 };
                 found.push(Found {
                     label,
                     dot_git: None,
+                    work_tree,
                     git_dir,
                     kind: Kind::Root,
                 });
             }
             if taken.may_go_above {
                 if let Some((work, git_dir)) = enclosing_repository(root) {
-                    if seen.insert(git_dir.clone()) {
+                    if seen.judged.insert(git_dir.clone()) {
                         enclosing.push((work, git_dir));
                     }
                 }
@@ -381,8 +392,8 @@ impl NestedRepoGuard {
             let Some(top) = top_repository(root) else {
                 continue;
             };
-            seen.insert(top.git_dir.clone());
-            seen.insert(top.common_dir.clone());
+            seen.judged.insert(top.git_dir.clone());
+            seen.judged.insert(top.common_dir.clone());
             tops.push((root, top));
         }
         // Gitlinks first: a git directory a gitlink leads to is judged as a gitlink's (moved
@@ -408,11 +419,12 @@ impl NestedRepoGuard {
                     let Ok(dir) = canonicalize(&entry.path()) else {
                         continue;
                     };
-                    if dir.is_dir() && self.inside_roots(&dir) && seen.insert(dir.clone()) {
+                    if dir.is_dir() && self.inside_roots(&dir) && seen.judged.insert(dir.clone()) {
                         found.push(Found {
                             label: format!("worktree {}", dir.display()),
                             git_dir: dir,
                             dot_git: None,
+                            work_tree: None,
                             kind: Kind::Worktree,
                         });
                     }
@@ -422,7 +434,8 @@ impl NestedRepoGuard {
         found
     }
 
-    /// Follows the gitlinks of one repository, and theirs in turn.
+    /// Follows the gitlinks of one repository's index, read from the work tree `work_dir`
+    /// as git reads them there, and theirs in turn.
     /// `enclosing`: the repository holds the writable roots rather than being one's top;
     /// its gitlinks elsewhere (work tree and git directory outside every root) are not the
     /// sandbox's to write, and are left alone.
@@ -433,10 +446,25 @@ impl NestedRepoGuard {
         git_dir: &Path,
         depth: usize,
         enclosing: bool,
-        seen: &mut HashSet<PathBuf>,
+        seen: &mut Walked,
         found: &mut Vec<Found>,
         problems: &mut Vec<String>,
     ) {
+        if !seen
+            .followed
+            .insert((git_dir.to_path_buf(), work_dir.to_path_buf()))
+        {
+            return;
+        }
+        if seen.followed.len() > MAX_FOLLOWED {
+            if seen.followed.len() == MAX_FOLLOWED + 1 {
+                problems.push(format!(
+                    "more than {MAX_FOLLOWED} pairs of nested repository and work tree: the \
+                     rest not checked"
+                ));
+            }
+            return;
+        }
         if depth > MAX_DEPTH {
             problems.push(format!(
                 "nested repositories deeper than {MAX_DEPTH} levels under {} not checked",
@@ -474,25 +502,28 @@ impl NestedRepoGuard {
             // running beside this one may write there (its private TMPDIR): judged by what
             // it holds, and the call fails where that could run a program.
             if !self.inside_roots(&sub_work) || !self.inside_roots(&sub_git) {
-                if let Some(why) = could_run_code(&sub_git, &sub_work) {
-                    problems.push(format!(
-                        "nested repository {}: its git directory {} lies outside the writable \
-                         roots, where chitti moves nothing, and {why}",
-                        sub_work.display(),
-                        sub_git.display()
-                    ));
+                if seen.judged.insert(sub_git.clone()) {
+                    if let Some(why) = could_run_code(&sub_git, Some(&sub_work)) {
+                        problems.push(format!(
+                            "nested repository {}: its git directory {} lies outside the \
+                             writable roots, where chitti moves nothing, and {why}",
+                            sub_work.display(),
+                            sub_git.display()
+                        ));
+                    }
                 }
-                continue;
+            } else if seen.judged.insert(sub_git.clone()) {
+                found.push(Found {
+                    label: format!("nested repository {}", sub_work.display()),
+                    dot_git: Some(sub_work.join(".git")),
+                    work_tree: Some(sub_work.clone()),
+                    git_dir: sub_git.clone(),
+                    kind: Kind::Gitlink,
+                });
             }
-            if !seen.insert(sub_git.clone()) {
-                continue;
-            }
-            found.push(Found {
-                label: format!("nested repository {}", sub_work.display()),
-                dot_git: Some(sub_work.join(".git")),
-                git_dir: sub_git.clone(),
-                kind: Kind::Gitlink,
-            });
+            // Git reads this git directory's index from this work tree, whichever other
+            // work tree (the top's, another gitlink's) or place outside the roots it also
+            // serves: its gitlinks are followed from here too.
             self.gitlinks_of(&sub_work, &sub_git, depth + 1, false, seen, found, problems);
         }
     }
@@ -566,10 +597,7 @@ impl NestedRepoGuard {
             let why = match repo.kind {
                 Kind::Gitlink if is_new => Some("staged during the call".to_string()),
                 Kind::Gitlink if touched => Some("changed during the call".to_string()),
-                Kind::Gitlink => {
-                    let work_tree = repo.dot_git.as_deref().and_then(Path::parent);
-                    could_run_code(&repo.git_dir, work_tree.unwrap_or(Path::new("/")))
-                }
+                Kind::Gitlink => could_run_code(&repo.git_dir, repo.work_tree.as_deref()),
                 Kind::Worktree if !is_new && touched => Some("changed during the call".into()),
                 Kind::Worktree => None,
                 // One the call made (none was there before it): judged like a gitlink's; so
@@ -580,7 +608,7 @@ impl NestedRepoGuard {
                         || (self.roots.contains(&repo.git_dir)
                             && !self.protected.contains(&repo.git_dir.join("config"))) =>
                 {
-                    could_run_code(&repo.git_dir, Path::new("/"))
+                    could_run_code(&repo.git_dir, repo.work_tree.as_deref())
                         .map(|why| format!("a repository at a writable root, and {why}"))
                 }
                 Kind::Root => None,
@@ -620,13 +648,17 @@ impl NestedRepoGuard {
 
 /// Why a gitlink's git directory could make the host's git run a program: a config
 /// setting not known to run nothing, a hook, or a `commondir` (which hands git another
-/// repository's config and hooks). `None` when it holds none of these.
-fn could_run_code(git_dir: &Path, work_tree: &Path) -> Option<String> {
+/// repository's config and hooks). `None` when it holds none of these. `work_tree`: the
+/// one the check read the repository's index paths from (none for a bare repository).
+fn could_run_code(git_dir: &Path, work_tree: Option<&Path>) -> Option<String> {
     // A submodule's config names its work tree; anywhere else it would make git work on
-    // (and run the filters and hooks of) another tree.
+    // (and run the filters and hooks of) another tree, and enter gitlinks the check, which
+    // read the index paths from the work tree it knows, never looked at.
     let own_work_tree = |value: &str| {
-        canonicalize(&git_dir.join(value))
-            .is_ok_and(|dir| canonicalize(work_tree).is_ok_and(|own| own == dir))
+        work_tree.is_some_and(|work_tree| {
+            canonicalize(&git_dir.join(value))
+                .is_ok_and(|dir| canonicalize(work_tree).is_ok_and(|own| own == dir))
+        })
     };
     for name in ["config", "config.worktree"] {
         let path = git_dir.join(name);
@@ -678,6 +710,18 @@ fn rename_nofollow(from: &Path, to: &Path) -> std::io::Result<()> {
     std::fs::rename(from, to)
 }
 
+/// What the walk through the gitlinks has met.
+#[derive(Default)]
+struct Walked {
+    /// Git directories judged already (or protected by the policy: the tops').
+    judged: HashSet<PathBuf>,
+    /// Git directories and the work tree their index was read from. Git reads an index's
+    /// paths from whichever work tree uses the git directory (a gitlink's `.git` may name
+    /// the top's git directory, another gitlink's, or one outside the roots), so a git
+    /// directory serving two work trees is followed from each.
+    followed: HashSet<(PathBuf, PathBuf)>,
+}
+
 /// A writable root's own repository.
 struct TopRepository {
     git_dir: PathBuf,
@@ -688,10 +732,7 @@ struct TopRepository {
 /// `.git` file), canonical.
 fn top_repository(root: &Path) -> Option<TopRepository> {
     let git_dir = git_dir_of(root).ok()??;
-    let common_dir = std::fs::read_to_string(git_dir.join("commondir"))
-        .ok()
-        .and_then(|text| canonicalize(&git_dir.join(text.trim())).ok())
-        .unwrap_or_else(|| git_dir.clone());
+    let common_dir = canonicalize(&common_dir(&git_dir)).unwrap_or_else(|_| git_dir.clone());
     Some(TopRepository {
         git_dir,
         common_dir,
@@ -808,19 +849,21 @@ fn may_search(dir: &Path) -> bool {
     unsafe { libc::access(path.as_ptr(), libc::X_OK) == 0 }
 }
 
-/// The directory holding a git directory's `objects` and `refs`: the one its `commondir`
-/// names (read as git reads it: bytes up to a NUL, less the line ends; relative to the git
-/// directory), else the git directory itself.
+/// The directory holding a git directory's `objects`, `refs` and shared config: the one
+/// its `commondir` names, else the git directory itself. Read as git reads it: the line
+/// ends at the end of the whole file taken off, then the rest up to a NUL, relative to the
+/// git directory (`c\n\0` names `c\n`).
 fn common_dir(dir: &Path) -> PathBuf {
     match std::fs::read(dir.join("commondir")) {
         Ok(text) => {
-            let mut path = text.split(|b| *b == 0).next().unwrap_or_default();
+            let mut path = &text[..];
             while let Some(rest) = path
                 .strip_suffix(b"\n")
                 .or_else(|| path.strip_suffix(b"\r"))
             {
                 path = rest;
             }
+            let path = path.split(|b| *b == 0).next().unwrap_or_default();
             dir.join(std::ffi::OsStr::from_bytes(path))
         }
         Err(_) => dir.to_path_buf(),
@@ -874,10 +917,7 @@ fn read_gitlinks(git_dir: &Path, work_dir: &Path) -> Result<Vec<Vec<u8>>, String
 /// The length of the repository's object ids (`extensions.objectFormat`, in the config of
 /// its common directory); `None` where its config cannot be read here.
 fn object_id_len(git_dir: &Path) -> Option<usize> {
-    let common = match std::fs::read_to_string(git_dir.join("commondir")) {
-        Ok(text) => git_dir.join(text.trim_end_matches(['\n', '\r'])),
-        Err(_) => git_dir.to_path_buf(),
-    };
+    let common = common_dir(git_dir);
     let text = match std::fs::read(common.join("config")) {
         Ok(text) => text,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Some(20),
@@ -1013,11 +1053,12 @@ fn git_dir_of(work_dir: &Path) -> Result<Option<PathBuf>, String> {
         {
             path = rest;
         }
-        // Git reads the path as a C string: it ends at a NUL.
-        let path = path.split(|b| *b == 0).next().unwrap_or_default();
+        // Git refuses a file with no path; else it reads the path as a C string, which ends
+        // at a NUL (one right after `gitdir: ` leaves the work tree itself).
         if path.is_empty() {
             return Ok(None);
         }
+        let path = path.split(|b| *b == 0).next().unwrap_or_default();
         work_dir.join(std::ffi::OsStr::from_bytes(path))
     } else {
         return Ok(None);
@@ -1503,6 +1544,122 @@ mod tests {
         bare_at_root(&ws);
         let repairs = Box::new(guard).run();
         assert!(ws.join("config").exists(), "{repairs:?}");
+    }
+
+    /// The commit a git directory's HEAD names.
+    fn head_of(git_dir: &Path) -> String {
+        let out = Command::new("git")
+            .args(["--git-dir", git_dir.to_str().unwrap(), "rev-parse", "HEAD"])
+            .output()
+            .unwrap();
+        String::from_utf8(out.stdout).unwrap().trim().to_string()
+    }
+
+    /// Stages a gitlink at `path` (relative to `ws`) to the commit `git_dir`'s HEAD names.
+    fn stage_gitlink(ws: &Path, path: &str, git_dir: &Path) {
+        let info = format!("160000,{},{path}", head_of(git_dir));
+        git(ws, &["update-index", "--add", "--cacheinfo", &info]);
+    }
+
+    /// Git reads an index from whichever work tree uses its git directory: a gitlink whose
+    /// `.git` names the top's git directory, or one outside the roots, hands git that
+    /// index's gitlinks read from the gitlink's own folder (a review found both bypasses).
+    #[test]
+    fn a_git_directory_serving_another_work_tree_is_followed_from_it() {
+        // `B/.git` names the top's git directory, whose index also names `x`: `B/x` to git.
+        let (_dir, ws) = workspace_repo();
+        let guard = NestedRepoGuard::before(std::slice::from_ref(&ws));
+        evil_repo(&ws.join("B/x"));
+        std::fs::write(ws.join("B/.git"), "gitdir: ../.git\n").unwrap();
+        stage_gitlink(&ws, "B", &ws.join("B/x/.git"));
+        stage_gitlink(&ws, "x", &ws.join("B/x/.git"));
+        let repairs = Box::new(guard).run();
+        assert!(!ws.join("B/x/.git/config").exists(), "{repairs:?}");
+        assert!(
+            ws.join(".git/config").exists(),
+            "the top's own config stays"
+        );
+        // `B/.git` names a harmless repository outside the roots with a submodule `lib`.
+        let (outside_dir, other) = workspace_repo();
+        let lib = outside_dir.path().canonicalize().unwrap().join("lib");
+        evil_repo(&lib);
+        git(&lib, &["config", "--unset", "core.fsmonitor"]);
+        git(
+            &other,
+            &[
+                "-c",
+                "protocol.file.allow=always",
+                "submodule",
+                "add",
+                "-q",
+                lib.to_str().unwrap(),
+                "lib",
+            ],
+        );
+        let (_dir, ws) = workspace_repo();
+        let guard = NestedRepoGuard::before(std::slice::from_ref(&ws));
+        evil_repo(&ws.join("B/lib"));
+        let dot_git = format!("gitdir: {}\n", other.join(".git").display());
+        std::fs::write(ws.join("B/.git"), dot_git).unwrap();
+        stage_gitlink(&ws, "B", &ws.join("B/lib/.git"));
+        let repairs = Box::new(guard).run();
+        assert!(!ws.join("B/lib/.git/config").exists(), "{repairs:?}");
+        assert!(
+            !repairs.iter().any(|r| crate::sandbox::is_unrepaired(r)),
+            "{repairs:?}"
+        );
+    }
+
+    /// A repository the call makes at a root may not name another work tree: the check
+    /// read its index from the root (a review made one with `core.worktree = /` and a
+    /// gitlink named by its path from `/`).
+    #[test]
+    fn a_root_repository_naming_another_work_tree_is_judged() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().canonicalize().unwrap().join("plain");
+        std::fs::create_dir(&root).unwrap();
+        let guard = NestedRepoGuard::before(std::slice::from_ref(&root));
+        git(&root, &["init", "-q"]);
+        evil_repo(&root.join("sub"));
+        let from_slash = root.join("sub");
+        let from_slash = from_slash.strip_prefix("/").unwrap().to_str().unwrap();
+        stage_gitlink(&root, from_slash, &root.join("sub/.git"));
+        git(&root, &["config", "core.worktree", "/"]);
+        let repairs = Box::new(guard).run();
+        assert!(!root.join(".git/config").exists(), "{repairs:?}");
+    }
+
+    /// `commondir` as git reads it: line ends off the end of the file, then up to a NUL
+    /// (`c\n\0` names `c\n`); a `.git` file's NUL right after `gitdir: ` leaves the work
+    /// tree itself for the git directory.
+    #[test]
+    fn commondir_and_gitfile_nuls_are_read_as_git_reads_them() {
+        let (_dir, ws) = workspace_repo();
+        let guard = NestedRepoGuard::before(std::slice::from_ref(&ws));
+        evil_repo(&ws.join("sub"));
+        let gd = ws.join("gd");
+        std::fs::create_dir(&gd).unwrap();
+        std::fs::rename(ws.join("sub/.git"), gd.join("c\n")).unwrap();
+        std::fs::copy(gd.join("c\n/HEAD"), gd.join("HEAD")).unwrap();
+        std::fs::write(gd.join("commondir"), b"c\n\0").unwrap();
+        std::fs::write(ws.join("sub/.git"), "gitdir: ../gd\n").unwrap();
+        stage_gitlink(&ws, "sub", &gd.join("c\n"));
+        let repairs = Box::new(guard).run();
+        assert!(!gd.join("commondir").exists(), "{repairs:?}");
+        // The work tree as its own git directory.
+        let (_dir, ws) = workspace_repo();
+        let guard = NestedRepoGuard::before(std::slice::from_ref(&ws));
+        let sub = ws.join("sub");
+        evil_repo(&sub);
+        let inner = sub.join(".git");
+        for name in ["HEAD", "config", "objects", "refs"] {
+            std::fs::rename(inner.join(name), sub.join(name)).unwrap();
+        }
+        std::fs::remove_dir_all(&inner).unwrap();
+        std::fs::write(&inner, b"gitdir: \0x\n").unwrap();
+        stage_gitlink(&ws, "sub", &sub);
+        let repairs = Box::new(guard).run();
+        assert!(!sub.join("config").exists(), "{repairs:?}");
     }
 
     /// Git's test of a git directory, as far as chitti is sure of it.
