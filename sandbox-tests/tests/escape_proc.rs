@@ -1226,6 +1226,22 @@ fn escape_double_fork_daemon_outlives_call(backend: &str) {
     );
 }
 
+/// More orphans than a 4 KiB listing of the supervisor's children holds (700 process ids
+/// of up to 7 digits and a space): every one is killed, and none is named by a number
+/// read short.
+#[backends]
+fn escape_many_orphans_outlive_call(backend: &str) {
+    let s = unique_sleep();
+    daemon_escape(
+        backend,
+        "700 orphaned sleepers",
+        &format!(
+            "i=0; while [ $i -lt 700 ]; do (sleep {s} >/dev/null 2>&1 </dev/null &); i=$((i+1)); done"
+        ),
+        &s,
+    );
+}
+
 #[backends]
 fn escape_nohup_background_outlives_call(backend: &str) {
     let s = unique_sleep();

@@ -905,7 +905,7 @@ unsafe fn wait_or_lifeline(child: libc::pid_t, lifeline: RawFd) -> Report {
 
 /// Kills every process left under the supervisor. Orphans reparent to it (it is a
 /// subreaper), so repeating "kill every child, reap" until none remain reaches the whole
-/// tree, including `setsid`/double-forked daemons.
+/// tree, including `setsid`/double-forked daemons, however many.
 unsafe fn kill_descendants() {
     // Usually nothing is left at all, which needs no listing: once every child is reaped,
     // no descendant remains (an orphan is reparented here before its parent can be).
@@ -914,21 +914,15 @@ unsafe fn kill_descendants() {
     {
         return;
     }
-    let mut path = *b"/proc/self/task/0000000000/children\0";
-    let tid = libc::getpid();
-    write_children_path(&mut path, tid);
-    let mut buf = [0u8; 4096];
-    for _ in 0..100_000 {
-        let fd = libc::open(path.as_ptr().cast(), libc::O_RDONLY | libc::O_CLOEXEC);
-        let n = if fd >= 0 {
-            let n = libc::read(fd, buf.as_mut_ptr().cast(), buf.len());
-            libc::close(fd);
-            n.max(0) as usize
-        } else {
-            0
-        };
+    let children = format!("/proc/self/task/{}/children", libc::getpid());
+    // Rounds in which a child exists but is not listed yet, each a millisecond's wait.
+    let mut unlisted = 0;
+    loop {
+        // Read whole: the command may have left more children than any fixed buffer holds,
+        // and a number cut short would name some other process of the host.
+        let listing = std::fs::read(&children).unwrap_or_default();
         let mut any = false;
-        for pid in buf[..n].split(|b| *b == b' ').filter_map(parse_pid) {
+        for pid in listed_pids(&listing) {
             libc::kill(pid, libc::SIGKILL);
             any = true;
         }
@@ -939,25 +933,26 @@ unsafe fn kill_descendants() {
             return;
         }
         if reaped == 0 && !any {
-            // A child exists but is not listed yet: give it a moment to appear.
+            unlisted += 1;
+            if unlisted > 100_000 {
+                return;
+            }
             libc::usleep(1000);
         }
     }
 }
 
-fn write_children_path(path: &mut [u8; 36], pid: libc::pid_t) {
-    // "/proc/self/task/" is 16 bytes; the tid field is 10 bytes wide, then "/children".
-    let digits = pid.to_string();
-    let mut out = Vec::with_capacity(36);
-    out.extend_from_slice(b"/proc/self/task/");
-    out.extend_from_slice(digits.as_bytes());
-    out.extend_from_slice(b"/children\0");
-    path[..out.len()].copy_from_slice(&out);
-}
-
-fn parse_pid(field: &[u8]) -> Option<libc::pid_t> {
-    let s = std::str::from_utf8(field).ok()?.trim();
-    s.parse().ok().filter(|p: &libc::pid_t| *p > 0)
+/// The process ids of a `children` listing, each followed by a space: one without it may
+/// have been cut short.
+fn listed_pids(listing: &[u8]) -> impl Iterator<Item = libc::pid_t> + '_ {
+    let complete = match listing.iter().rposition(|b| *b == b' ') {
+        Some(last) => &listing[..last],
+        None => &[][..],
+    };
+    complete
+        .split(|b| *b == b' ')
+        .filter_map(|field| std::str::from_utf8(field).ok()?.parse().ok())
+        .filter(|pid: &libc::pid_t| *pid > 0)
 }
 
 /// Repairs and cleans up (nothing sandboxed is alive any more), writes the ending to
@@ -1003,11 +998,14 @@ mod tests {
         assert!(answered.recv().unwrap(), "a masks thread started another");
     }
 
+    /// A listing read short ends in part of a number, which would name another process.
     #[test]
-    fn children_path_is_well_formed() {
-        let mut p = *b"/proc/self/task/0000000000/children\0";
-        write_children_path(&mut p, 42);
-        let s = std::ffi::CStr::from_bytes_until_nul(&p).unwrap();
-        assert_eq!(s.to_str().unwrap(), "/proc/self/task/42/children");
+    fn only_whole_process_ids_are_taken_from_a_listing() {
+        let pids = |listing: &[u8]| listed_pids(listing).collect::<Vec<_>>();
+        assert_eq!(pids(b"123 4567 "), [123, 4567]);
+        assert_eq!(pids(b"123 4567 89"), [123, 4567]);
+        assert_eq!(pids(b"12"), Vec::<libc::pid_t>::new());
+        assert_eq!(pids(b""), Vec::<libc::pid_t>::new());
+        assert_eq!(pids(b"0 x 5 "), [5]);
     }
 }
