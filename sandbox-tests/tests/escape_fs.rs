@@ -1135,6 +1135,40 @@ fn escape_git_gitlink_borrowing_the_top_git_dir(backend: &str) {
     );
 }
 
+/// The workspace is a package of a monorepo that holds an embedded repository `lib`: the
+/// command plants a `core.fsmonitor` in `lib/.git/config` and makes the package's own
+/// `.git` a file naming `lib/.git`, an older git directory no policy protects, which the
+/// host's git then uses at the package (a review found this).
+#[backends]
+fn escape_git_root_dot_git_naming_an_old_embedded_repository(backend: &str) {
+    let fx = Fixture::new();
+    fx.init_repo();
+    let lib = fx.ws("pkg/lib");
+    std::fs::create_dir_all(&lib).unwrap();
+    for args in [
+        &["init", "-q", "-b", "main"][..],
+        &["commit", "-q", "--allow-empty", "-m", "lib"],
+    ] {
+        assert!(host_git(&lib, &fx.home, args).status.success());
+    }
+    fx.git(&["-c", "advice.addEmbeddedRepo=false", "add", "pkg"]);
+    fx.git(&["commit", "-q", "-m", "pkg"]);
+    let pwned = fx.outside("pwned-embedded-git-dir");
+    let pkg = fx.ws("pkg");
+    let ran = fx.chitti(backend).workspace(&pkg).sh(&probe(&format!(
+        "git config -f lib/.git/config core.fsmonitor \"touch {p}; false\" && \
+         printf 'gitdir: lib/.git\\n' > .git",
+        p = sh_quote(&pwned)
+    )));
+    ran.assert_probe_ran();
+    let _ = host_git(&pkg, &fx.home, &["status", "--short"]);
+    assert_absent(
+        &pwned,
+        "a .git file naming an embedded repository's git directory",
+        &ran,
+    );
+}
+
 /// A repository the command makes at an empty workspace, with `core.worktree = /` and a
 /// gitlink named by its path from `/`: the check read the index from the workspace, git
 /// reads it from `/` and enters the gitlink (a review found this).

@@ -69,7 +69,9 @@ impl<R> ReportBadLines<R> {
         if line.is_empty() {
             return None;
         }
-        let e = serde_json::from_slice::<serde::de::IgnoredAny>(line).err()?;
+        // Parsed as rmcp parses it: lines that merely skim as JSON (a lone UTF-16
+        // surrogate escape, nesting past serde's depth limit) fail there as syntax too.
+        let e = serde_json::from_slice::<rmcp::model::ClientJsonRpcMessage>(line).err()?;
         use serde_json::error::Category;
         matches!(e.classify(), Category::Syntax | Category::Eof).then(|| {
             format!(
@@ -114,6 +116,15 @@ mod tests {
             b"\n",
             b"{\"id\":null,\"jsonrpc\":\"1.0\"}\n",
             b"\xEF\xBB\xBF{\"jsonrpc\":\"2.0\",\"method\":\"x\"}\r\n",
+            // JSON to a skim, not to rmcp's parse (a review saw these dropped unsaid).
+            b"{\"jsonrpc\":\"2.0\",\"id\":3,\"method\":\"ping\",\"params\":{\"a\":\"\\udce9\"}}\n",
+            &[
+                &b"{\"jsonrpc\":\"2.0\",\"id\":4,\"method\":\"ping\",\"params\":"[..],
+                &[b'['; 200],
+                &[b']'; 200],
+                b"}\n",
+            ]
+            .concat(),
             b"[1,2",
         ]
         .concat();
@@ -124,7 +135,7 @@ mod tests {
         reader.read_to_end(&mut out).await.unwrap();
         assert_eq!(out, input);
         let said = SAID.lock().unwrap().clone();
-        assert_eq!(said.len(), 2, "{said:?}");
+        assert_eq!(said.len(), 4, "{said:?}");
         assert!(said.iter().all(|s| s.contains("not JSON")), "{said:?}");
     }
 

@@ -40,7 +40,7 @@ pub fn protection_for(root: &Path) -> Result<GitProtection, String> {
         out.pinned.push(dot_git.clone());
         out.read_only.push(dot_git.clone());
         let gitdir = read_pointer(&dot_git, "gitdir:", root)?;
-        let common = match std::fs::read_to_string(gitdir.join("commondir")) {
+        let common = match read_small(&gitdir.join("commondir")) {
             Ok(text) => real_dir(
                 &absolutize(text.trim(), &gitdir),
                 &format!("{}'s `commondir`", gitdir.display()),
@@ -196,7 +196,7 @@ fn check_points_back(gitdir: &Path, common: &Path, root: &Path) -> Result<(), St
                 common.display()
             ));
         }
-        let back = std::fs::read_to_string(gitdir.join("gitdir")).unwrap_or_default();
+        let back = read_small(&gitdir.join("gitdir")).unwrap_or_default();
         if !same(&back, gitdir, &dot_git) {
             return refused(format!(
                 "whose `gitdir` file does not name {} back (if the worktree was moved, run \
@@ -205,7 +205,7 @@ fn check_points_back(gitdir: &Path, common: &Path, root: &Path) -> Result<(), St
             ));
         }
     } else {
-        let config = std::fs::read_to_string(gitdir.join("config")).unwrap_or_default();
+        let config = read_small(&gitdir.join("config")).unwrap_or_default();
         if !core_worktree(&config).is_some_and(|w| same(w, gitdir, root)) {
             return refused(format!(
                 "whose `core.worktree` does not name {} (for a git directory made with `git \
@@ -243,14 +243,32 @@ fn core_worktree(config: &str) -> Option<&str> {
 }
 
 fn read_pointer(file: &Path, key: &str, base: &Path) -> Result<PathBuf, String> {
-    let text = std::fs::read_to_string(file)
-        .map_err(|e| format!("cannot read {}: {e}", file.display()))?;
+    let text = read_small(file).map_err(|e| format!("cannot read {}: {e}", file.display()))?;
     let value = text
         .lines()
         .find_map(|l| l.strip_prefix(key))
         .map(str::trim)
         .ok_or_else(|| format!("{} has no `{key}` line", file.display()))?;
     real_dir(&absolutize(value, base), &file.display().to_string())
+}
+
+/// A small text file of a repository (a `.git` file, `commondir`, `gitdir`, a config),
+/// which an earlier sandboxed command may have made as large as its limits allow: read
+/// only up to 1 MiB (larger is an error, as is a FIFO's emptiness: never waited on).
+fn read_small(path: &Path) -> std::io::Result<String> {
+    use std::io::Read;
+    use std::os::unix::fs::OpenOptionsExt;
+    const MAX: u64 = 1024 * 1024;
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(path)?;
+    let mut text = String::new();
+    file.take(MAX + 1).read_to_string(&mut text)?;
+    if text.len() as u64 > MAX {
+        return Err(std::io::Error::other(format!("it is over {MAX} bytes")));
+    }
+    Ok(text)
 }
 
 /// `path` resolved, when it is a directory reached without any symbolic link; `what` names

@@ -348,6 +348,14 @@ impl NestedRepoGuard {
         self
     }
 
+    /// Whether the policy keeps a git directory's config or commondir read-only (and puts
+    /// it back): the top repository of a writable root, or a linked worktree's.
+    fn policy_protects(&self, git_dir: &Path) -> bool {
+        ["config", "commondir"]
+            .iter()
+            .any(|name| self.protected.contains(&git_dir.join(name)))
+    }
+
     fn inside_roots(&self, path: &Path) -> bool {
         self.roots.iter().any(|r| path.starts_with(r))
     }
@@ -362,6 +370,12 @@ impl NestedRepoGuard {
         let mut enclosing = Vec::new();
         for root in &self.roots {
             let taken = root_repositories(root);
+            if let Some(why) = &taken.unreadable {
+                problems.push(format!(
+                    "the repository at {} not checked: {why}",
+                    root.display()
+                ));
+            }
             for git_dir in taken.git_dirs {
                 // A bare repository has no work tree of its own to name.
                 let (label, work_tree) = if &git_dir == root {
@@ -483,9 +497,20 @@ impl NestedRepoGuard {
             // Git checks index paths only when it adds them: reading an index, it takes a
             // path as it is (`./sub`, `x/../sub`, `sub/`) and the kernel resolves it. So
             // does chitti (symlinks too, which git would not enter: stricter).
-            let Ok(sub_work) = canonicalize(&work_dir.join(std::ffi::OsStr::from_bytes(&link)))
-            else {
-                continue;
+            let sub_work = match canonicalize(&work_dir.join(std::ffi::OsStr::from_bytes(&link))) {
+                Ok(sub_work) => sub_work,
+                // Nothing there: git finds nothing to enter either.
+                Err(e) if nothing_there(&e) => continue,
+                // Anything else (a path over PATH_MAX, which git may still reach by
+                // relative steps) is not checked: the call fails.
+                Err(e) => {
+                    problems.push(format!(
+                        "nested repository {} under {} not checked: {e}",
+                        String::from_utf8_lossy(&link),
+                        work_dir.display()
+                    ));
+                    continue;
+                }
             };
             let sub_git = match git_dir_of(&sub_work) {
                 Ok(Some(dir)) => dir,
@@ -600,14 +625,12 @@ impl NestedRepoGuard {
                 Kind::Gitlink => could_run_code(&repo.git_dir, repo.work_tree.as_deref()),
                 Kind::Worktree if !is_new && touched => Some("changed during the call".into()),
                 Kind::Worktree => None,
-                // One the call made (none was there before it): judged like a gitlink's; so
-                // is a root that is itself the git directory, whatever its age (no policy
-                // protects it: the top repository's protection is of a `.git`).
-                Kind::Root
-                    if is_new
-                        || (self.roots.contains(&repo.git_dir)
-                            && !self.protected.contains(&repo.git_dir.join("config"))) =>
-                {
+                // Any the policy does not protect is judged like a gitlink's, whatever its
+                // age: one the call made, a root that is itself the git directory, or an
+                // older git directory a `.git` file made during the call leads to (the
+                // repository of a gitlink of the monorepo holding the root, say). The top
+                // repository's is protected: its config, or a linked worktree's commondir.
+                Kind::Root if is_new || !self.policy_protects(&repo.git_dir) => {
                     could_run_code(&repo.git_dir, repo.work_tree.as_deref())
                         .map(|why| format!("a repository at a writable root, and {why}"))
                 }
@@ -732,7 +755,9 @@ struct TopRepository {
 /// `.git` file), canonical.
 fn top_repository(root: &Path) -> Option<TopRepository> {
     let git_dir = git_dir_of(root).ok()??;
-    let common_dir = canonicalize(&common_dir(&git_dir)).unwrap_or_else(|_| git_dir.clone());
+    let common_dir = common_dir(&git_dir)
+        .and_then(|dir| canonicalize(&dir).ok())
+        .unwrap_or_else(|| git_dir.clone());
     Some(TopRepository {
         git_dir,
         common_dir,
@@ -758,6 +783,8 @@ struct RootRepositories {
     git_dirs: Vec<PathBuf>,
     /// Whether git may pass both over and look in the directories above the root.
     may_go_above: bool,
+    /// Why the root's `.git` could not be read as git reads it, if it could not.
+    unreadable: Option<String>,
 }
 
 /// The git directories git may take at `root`, in the order it tries them: the `.git`
@@ -774,6 +801,7 @@ fn root_repositories(root: &Path) -> RootRepositories {
     if let Ok(Some(git_dir)) = &own {
         git_dirs.push(git_dir.clone());
     }
+    let unreadable = own.as_ref().err().cloned();
     let is_gitfile = std::fs::metadata(&dot_git).is_ok_and(|m| m.is_file());
     let stops_at_dot_git = is_gitfile || git_stops_at(&dot_git);
     if (!matches!(own, Ok(Some(_))) || !stops_at_dot_git) && is_git_dir(root) {
@@ -782,7 +810,14 @@ fn root_repositories(root: &Path) -> RootRepositories {
     RootRepositories {
         git_dirs,
         may_go_above: !stops_at_dot_git && !git_stops_at(root),
+        unreadable,
     }
+}
+
+/// Whether a path failed to resolve because nothing is there (or a file stands where a
+/// directory would be): git, which looks the same way, finds nothing either.
+fn nothing_there(e: &std::io::Error) -> bool {
+    e.kind() == std::io::ErrorKind::NotFound || e.raw_os_error() == Some(libc::ENOTDIR)
 }
 
 /// Whether git surely takes `dir` for a git directory, so that its search for a
@@ -807,7 +842,9 @@ fn git_stops_at(dir: &Path) -> bool {
     if !head_ok {
         return false;
     }
-    let common = common_dir(dir);
+    let Some(common) = common_dir(dir) else {
+        return false;
+    };
     ["objects", "refs"].iter().all(|name| {
         let path = common.join(name);
         std::fs::metadata(&path).is_ok_and(|m| m.is_dir()) && may_search(&path)
@@ -852,22 +889,56 @@ fn may_search(dir: &Path) -> bool {
 /// The directory holding a git directory's `objects`, `refs` and shared config: the one
 /// its `commondir` names, else the git directory itself. Read as git reads it: the line
 /// ends at the end of the whole file taken off, then the rest up to a NUL, relative to the
-/// git directory (`c\n\0` names `c\n`).
-fn common_dir(dir: &Path) -> PathBuf {
-    match std::fs::read(dir.join("commondir")) {
-        Ok(text) => {
-            let mut path = &text[..];
-            while let Some(rest) = path
-                .strip_suffix(b"\n")
-                .or_else(|| path.strip_suffix(b"\r"))
-            {
-                path = rest;
-            }
-            let path = path.split(|b| *b == 0).next().unwrap_or_default();
-            dir.join(std::ffi::OsStr::from_bytes(path))
-        }
-        Err(_) => dir.to_path_buf(),
+/// git directory (`c\n\0` names `c\n`). `None` where git could not use it either: a
+/// `commondir` it cannot read, or one naming a path longer than any git could resolve.
+fn common_dir(dir: &Path) -> Option<PathBuf> {
+    let text = match read_at_most(&dir.join("commondir"), COMMONDIR_MAX) {
+        Ok(Read::Whole(text)) => text,
+        // A NUL in what was read ends the path wherever the file ends.
+        Ok(Read::Start(start)) if start.contains(&0) => start,
+        Ok(Read::Start(_)) => return None,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Some(dir.to_path_buf()),
+        Err(_) => return None,
+    };
+    let mut path = &text[..];
+    while let Some(rest) = path
+        .strip_suffix(b"\n")
+        .or_else(|| path.strip_suffix(b"\r"))
+    {
+        path = rest;
     }
+    let path = path.split(|b| *b == 0).next().unwrap_or_default();
+    Some(dir.join(std::ffi::OsStr::from_bytes(path)))
+}
+
+/// Longer than any path the kernel resolves: a `commondir` this long names nothing.
+const COMMONDIR_MAX: u64 = 64 * 1024;
+
+/// What [`read_at_most`] read.
+enum Read {
+    Whole(Vec<u8>),
+    /// The file goes on past the limit: its first bytes.
+    Start(Vec<u8>),
+}
+
+/// At most `limit` bytes of a file, through symlinks as git opens it, without waiting on
+/// a FIFO: the sandbox may have made the file as large as its limits allow, and the check
+/// must not read gigabytes into memory.
+fn read_at_most(path: &Path, limit: u64) -> std::io::Result<Read> {
+    use std::io::Read as _;
+    use std::os::unix::fs::OpenOptionsExt;
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(path)?;
+    let mut text = Vec::new();
+    file.take(limit + 1).read_to_end(&mut text)?;
+    Ok(if text.len() as u64 > limit {
+        text.truncate(limit as usize);
+        Read::Start(text)
+    } else {
+        Read::Whole(text)
+    })
 }
 
 /// Whether git could take `dir` for a git directory (its `is_git_directory`): a `HEAD`, and
@@ -878,7 +949,9 @@ fn is_git_dir(dir: &Path) -> bool {
     if std::fs::symlink_metadata(dir.join("HEAD")).is_err() {
         return false;
     }
-    let common = common_dir(dir);
+    let Some(common) = common_dir(dir) else {
+        return false;
+    };
     std::fs::metadata(common.join("objects")).is_ok()
         && std::fs::metadata(common.join("refs")).is_ok()
 }
@@ -904,7 +977,7 @@ fn hooks_changed(guard: &NestedRepoGuard, hooks: &Path) -> bool {
 /// listed by git itself.
 fn read_gitlinks(git_dir: &Path, work_dir: &Path) -> Result<Vec<Vec<u8>>, String> {
     let index = git_dir.join("index");
-    let Some(id_len) = object_id_len(git_dir) else {
+    let Some(id_len) = object_id_len(git_dir)? else {
         return gitlinks_by_git(git_dir, work_dir);
     };
     match read_index(&index, id_len) {
@@ -915,21 +988,38 @@ fn read_gitlinks(git_dir: &Path, work_dir: &Path) -> Result<Vec<Vec<u8>>, String
 }
 
 /// The length of the repository's object ids (`extensions.objectFormat`, in the config of
-/// its common directory); `None` where its config cannot be read here.
-fn object_id_len(git_dir: &Path) -> Option<usize> {
-    let common = common_dir(git_dir);
-    let text = match std::fs::read(common.join("config")) {
-        Ok(text) => text,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Some(20),
-        Err(_) => return None,
+/// its common directory); `None` where its config cannot be read here (git then lists
+/// the gitlinks); `Err` for a config too large to hand even to git (the sandbox can make
+/// one gigabytes long): the call fails, unless the check moves it aside first.
+fn object_id_len(git_dir: &Path) -> Result<Option<usize>, String> {
+    let Some(common) = common_dir(git_dir) else {
+        return Ok(None);
     };
-    match super::git_config::value(&text, "extensions", "objectformat")? {
-        None => Some(20),
-        Some(format) if format.eq_ignore_ascii_case("sha1") => Some(20),
-        Some(format) if format.eq_ignore_ascii_case("sha256") => Some(32),
-        Some(_) => None,
-    }
+    let config = common.join("config");
+    let text = match read_at_most(&config, CONFIG_MAX) {
+        Ok(Read::Whole(text)) => text,
+        Ok(Read::Start(_)) => {
+            return Err(format!(
+                "{} is over {CONFIG_MAX} bytes: its gitlinks not read",
+                config.display()
+            ))
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Some(20)),
+        Err(_) => return Ok(None),
+    };
+    Ok(
+        match super::git_config::value(&text, "extensions", "objectformat") {
+            None => None,
+            Some(None) => Some(20),
+            Some(Some(format)) if format.eq_ignore_ascii_case("sha1") => Some(20),
+            Some(Some(format)) if format.eq_ignore_ascii_case("sha256") => Some(32),
+            Some(Some(_)) => None,
+        },
+    )
 }
+
+/// The largest config the check reads (as [`could_run_code`] judges one larger unreadable).
+const CONFIG_MAX: u64 = 1024 * 1024;
 
 /// The gitlinks git itself lists (`git ls-files --stage`), run so that the repository,
 /// which the sandbox may have written, can make it run nothing: no system or global
@@ -1610,6 +1700,91 @@ mod tests {
         );
     }
 
+    /// A `.git` file the call makes at a root may lead to an older git directory no policy
+    /// protects (here an embedded repository of the monorepo holding the root): judged by
+    /// what it holds, whatever its age (a review found this bypass).
+    #[test]
+    fn an_old_git_directory_a_new_root_dot_git_leads_to_is_judged() {
+        let (_dir, mono) = workspace_repo();
+        let pkg = mono.join("pkg");
+        evil_repo(&pkg.join("lib"));
+        git(&pkg.join("lib"), &["config", "--unset", "core.fsmonitor"]);
+        git(&mono, &["-c", "advice.addEmbeddedRepo=false", "add", "pkg"]);
+        git(&mono, &["commit", "-q", "-m", "pkg"]);
+        std::thread::sleep(Duration::from_millis(100));
+        let guard = NestedRepoGuard::before(std::slice::from_ref(&pkg));
+        git(&pkg.join("lib"), &["config", "core.fsmonitor", "evil"]);
+        std::fs::write(pkg.join(".git"), "gitdir: lib/.git\n").unwrap();
+        let repairs = Box::new(guard).run();
+        assert!(!pkg.join("lib/.git/config").exists(), "{repairs:?}");
+        // The top repository itself is the policy's to protect, not the check's.
+        let (_dir, ws) = workspace_repo();
+        let protected = [ws.join(".git/config")];
+        let guard = NestedRepoGuard::before(std::slice::from_ref(&ws)).trusting(&protected);
+        let repairs = Box::new(guard).run();
+        assert!(ws.join(".git/config").exists(), "{repairs:?}");
+    }
+
+    /// A gitlink whose path cannot be resolved here for another reason than that nothing
+    /// is there (over PATH_MAX once absolute: git reaches it by relative steps) fails the
+    /// call rather than pass unchecked (a review found it skipped).
+    #[test]
+    fn a_gitlink_that_cannot_be_resolved_fails_the_call() {
+        let (_dir, ws) = workspace_repo();
+        let guard = NestedRepoGuard::before(std::slice::from_ref(&ws));
+        let parts = vec!["d".repeat(250); 17];
+        let mut dir = std::fs::File::open(&ws).unwrap();
+        for part in &parts {
+            let name = std::ffi::CString::new(part.as_str()).unwrap();
+            use std::os::fd::{AsRawFd, FromRawFd};
+            unsafe {
+                libc::mkdirat(dir.as_raw_fd(), name.as_ptr(), 0o755);
+                let fd = libc::openat(dir.as_raw_fd(), name.as_ptr(), libc::O_RDONLY);
+                assert!(fd >= 0);
+                dir = std::fs::File::from_raw_fd(fd);
+            }
+        }
+        let info = format!("160000,{},{}", head_of(&ws.join(".git")), parts.join("/"));
+        git(&ws, &["update-index", "--add", "--cacheinfo", &info]);
+        let repairs = Box::new(guard).run();
+        assert!(
+            repairs.iter().any(|r| crate::sandbox::is_unrepaired(r)),
+            "{repairs:?}"
+        );
+    }
+
+    /// The sandbox may make a nested repository's files as large as its limits allow: the
+    /// check reads none of them whole (a review saw a 2 GiB config read into memory). Sparse
+    /// files of 512 MiB cost nothing on disk; read whole, they would raise this process's
+    /// peak memory by as much.
+    #[test]
+    fn huge_files_in_a_nested_repository_are_never_read_whole() {
+        let peak_kib = || {
+            let status = std::fs::read_to_string("/proc/self/status").unwrap();
+            let line = status.lines().find(|l| l.starts_with("VmHWM:")).unwrap();
+            line.split_whitespace()
+                .nth(1)
+                .unwrap()
+                .parse::<u64>()
+                .unwrap()
+        };
+        let (_dir, ws) = workspace_repo();
+        let guard = NestedRepoGuard::before(std::slice::from_ref(&ws));
+        let sub = ws.join("sub");
+        evil_repo(&sub);
+        git(&ws, &["add", "sub"]);
+        for name in ["config", "commondir"] {
+            let file = std::fs::File::create(sub.join(".git").join(name)).unwrap();
+            file.set_len(512 << 20).unwrap();
+        }
+        let before = peak_kib();
+        let repairs = Box::new(guard).run();
+        let grew = peak_kib() - before;
+        assert!(grew < 128 << 10, "peak memory grew by {grew} KiB");
+        assert!(!sub.join(".git/config").exists(), "{repairs:?}");
+        assert!(!sub.join(".git/commondir").exists(), "{repairs:?}");
+    }
+
     /// A repository the call makes at a root may not name another work tree: the check
     /// read its index from the root (a review made one with `core.worktree = /` and a
     /// gitlink named by its path from `/`).
@@ -1934,13 +2109,13 @@ mod tests {
         let mut reader = IndexReader::new(std::fs::File::open(&overflow).unwrap());
         assert_eq!(varint(&mut reader), None);
         let repo = dir.path();
-        assert_eq!(object_id_len(repo), Some(20), "no config");
+        assert_eq!(object_id_len(repo), Ok(Some(20)), "no config");
         std::fs::write(
             repo.join("config"),
             "[extensions]\n\tobjectFormat = sha256\n",
         )
         .unwrap();
-        assert_eq!(object_id_len(repo), Some(32));
+        assert_eq!(object_id_len(repo), Ok(Some(32)));
         std::fs::write(
             repo.join("config"),
             "[extensions]\n\tobjectformat = sha2\\\n56\n",
@@ -1948,7 +2123,7 @@ mod tests {
         .unwrap();
         assert_eq!(
             object_id_len(repo),
-            None,
+            Ok(None),
             "read here otherwise than git reads it"
         );
     }
