@@ -794,8 +794,7 @@ unsafe fn command_main(
         }
         // chitti may still be adding rules to the ruleset (see `spawn`).
         if let Some(go) = fds.go {
-            let mut byte = 0u8;
-            if libc::read(go, (&mut byte as *mut u8).cast(), 1) != 1 {
+            if read_go_byte(go).is_none() {
                 fail(b"waiting for the Landlock rules", libc::ECANCELED);
             }
             libc::close(go);
@@ -840,10 +839,9 @@ unsafe fn joined_chitti_s_namespace(fds: Fds) -> Result<bool, (&'static [u8], i3
     let (Some(chitti), Some(go)) = (fds.chitti, fds.go) else {
         return Ok(false);
     };
-    let mut answer = 0u8;
-    if libc::read(go, (&mut answer as *mut u8).cast(), 1) != 1 {
+    let Some(answer) = read_go_byte(go) else {
         return Err((b"waiting for the mount namespace", libc::ECANCELED));
-    }
+    };
     match answer {
         JOIN_CHITTI => {
             if libc::setns(chitti, libc::CLONE_NEWNS) < 0 {
@@ -856,6 +854,39 @@ unsafe fn joined_chitti_s_namespace(fds: Fds) -> Result<bool, (&'static [u8], i3
         _ => Err((b"waiting for the mount namespace", libc::EPROTO)),
     }
 }
+
+/// The next byte chitti writes on the go pipe; `None` at its end (chitti gave up, or died).
+///
+/// The command waits for it a fraction of a millisecond, on a CPU of its own that would
+/// otherwise halt: on a virtual machine, waking a halted CPU costs some 20 us of the
+/// call's critical path. So it looks again and again for a while, giving the CPU up
+/// whenever something else could run there, before it blocks. (System calls only: this
+/// runs in the command's `vfork` child.)
+unsafe fn read_go_byte(go: RawFd) -> Option<u8> {
+    let mut byte = 0u8;
+    let flags = libc::fcntl(go, libc::F_GETFL);
+    // (An earlier wait may have left the pipe non-blocking.)
+    let blocking = flags & !libc::O_NONBLOCK;
+    if flags >= 0 && libc::fcntl(go, libc::F_SETFL, blocking | libc::O_NONBLOCK) == 0 {
+        for _ in 0..GO_SPINS {
+            match libc::read(go, (&mut byte as *mut u8).cast(), 1) {
+                1 => return Some(byte),
+                0 => return None,
+                _ if last_error() == libc::EAGAIN => {
+                    libc::sched_yield();
+                }
+                _ => return None,
+            }
+        }
+        if libc::fcntl(go, libc::F_SETFL, blocking) < 0 {
+            return None;
+        }
+    }
+    (libc::read(go, (&mut byte as *mut u8).cast(), 1) == 1).then_some(byte)
+}
+
+/// How often the command looks for the go byte before it blocks: about a millisecond.
+const GO_SPINS: u32 = 1000;
 
 /// Waits for the command or for the lifeline to close, whichever comes first.
 unsafe fn wait_or_lifeline(child: libc::pid_t, lifeline: RawFd) -> Report {
@@ -996,6 +1027,32 @@ mod tests {
         });
         thread.send(job).ok().unwrap();
         assert!(answered.recv().unwrap(), "a masks thread started another");
+    }
+
+    /// The go byte is waited for past the spinning, however the pipe was left by the wait
+    /// before (the first wait, for the namespace, leaves it non-blocking), and its end is
+    /// an answer of its own.
+    #[test]
+    fn the_go_byte_is_waited_for_after_the_spinning() {
+        let (read_end, write_end) = pipe().unwrap();
+        let write = |fd: &OwnedFd, byte: u8| unsafe {
+            assert_eq!(libc::write(fd.as_raw_fd(), [byte].as_ptr().cast(), 1), 1);
+        };
+        write(&write_end, JOIN_CHITTI);
+        let go = read_end.as_raw_fd();
+        assert_eq!(unsafe { read_go_byte(go) }, Some(JOIN_CHITTI));
+        let late = std::thread::spawn(move || {
+            std::thread::sleep(std::time::Duration::from_millis(100));
+            write(&write_end, 1);
+            write_end
+        });
+        assert_eq!(
+            unsafe { read_go_byte(go) },
+            Some(1),
+            "a go byte that came late"
+        );
+        drop(late.join().unwrap());
+        assert_eq!(unsafe { read_go_byte(go) }, None, "the pipe's end");
     }
 
     /// A listing read short ends in part of a number, which would name another process.
