@@ -1169,6 +1169,48 @@ fn escape_git_root_dot_git_naming_an_old_embedded_repository(backend: &str) {
     );
 }
 
+/// A `.git` symlink the command makes to one of the user's repositories outside the
+/// workspace, whose config holds a setting chitti does not know (an alias): the check after
+/// the call must not move that repository's config or hooks aside (it did: the sandbox
+/// could have chitti disable any repository's hooks), and fails the call instead.
+#[backends]
+fn escape_git_dot_git_symlink_makes_chitti_move_an_outside_config(backend: &str) {
+    let fx = Fixture::new();
+    let other = fx.outside("other");
+    std::fs::create_dir_all(&other).unwrap();
+    for args in [
+        &["init", "-q", "-b", "main"][..],
+        &["config", "alias.st", "status"],
+    ] {
+        assert!(host_git(&other, &fx.home, args).status.success());
+    }
+    let config = other.join(".git/config");
+    let hooks = other.join(".git/hooks");
+    let (config_before, hooks_before) = (file_state(&config), file_state(&hooks));
+    let ran = fx.chitti(backend).sh(&probe(&format!(
+        "ln -s {} .git",
+        sh_quote(&other.join(".git"))
+    )));
+    // The probe runs to its end; the call then fails, as chitti cannot move what it found.
+    assert!(
+        ran.stdout_str().contains(DONE),
+        "the probe did not run: {ran}"
+    );
+    assert!(ran.stderr_str().contains("NOT REPAIRED"), "{ran}");
+    assert_unchanged(
+        &config,
+        &config_before,
+        "a .git symlink to a repository outside",
+        &ran,
+    );
+    assert_unchanged(
+        &hooks,
+        &hooks_before,
+        "a .git symlink to a repository outside",
+        &ran,
+    );
+}
+
 /// A repository the command makes at an empty workspace, with `core.worktree = /` and a
 /// gitlink named by its path from `/`: the check read the index from the workspace, git
 /// reads it from `/` and enters the gitlink (a review found this).

@@ -289,6 +289,26 @@ pub struct NestedRepoGuard {
     inodes: HashMap<PathBuf, Inode>,
     /// Paths the policy keeps read-only and puts back (see [`NestedRepoGuard::trusting`]).
     protected: HashSet<PathBuf>,
+    /// What each writable root's `.git` was before the call (see [`pointer`]).
+    pointers: HashMap<PathBuf, Pointer>,
+}
+
+/// A `.git` entry as it leads somewhere: its inode and, for a symlink its target, for a
+/// file its contents (`None`: nothing there).
+type Pointer = Option<((u64, u64), Vec<u8>)>;
+
+fn pointer(dot_git: &Path) -> Pointer {
+    let meta = std::fs::symlink_metadata(dot_git).ok()?;
+    let leads = if meta.file_type().is_symlink() {
+        std::fs::read_link(dot_git)
+            .map(|to| to.as_os_str().as_bytes().to_vec())
+            .unwrap_or_default()
+    } else {
+        small_file(dot_git)
+            .map(|(_, text)| text)
+            .unwrap_or_default()
+    };
+    Some(((meta.dev(), meta.ino()), leads))
 }
 
 /// The inode a name leads to without following a symlink (`None`: nothing is there).
@@ -321,7 +341,12 @@ impl NestedRepoGuard {
             recent: HashMap::new(),
             inodes: HashMap::new(),
             protected: HashSet::new(),
+            pointers: HashMap::new(),
         };
+        for root in writable {
+            let dot_git = root.join(".git");
+            guard.pointers.insert(dot_git.clone(), pointer(&dot_git));
+        }
         let found = guard.discover(&mut Vec::new());
         for repo in &found {
             let names = risky_names(&repo.git_dir);
@@ -348,12 +373,39 @@ impl NestedRepoGuard {
         self
     }
 
+    /// Whether a repository git takes at a root is judged by what it holds (see `quarantine`).
+    fn root_repository_judged(&self, repo: &Found, is_new: bool) -> bool {
+        if is_new {
+            return true;
+        }
+        if self.inside_roots(&repo.git_dir) {
+            return !self.policy_protects(&repo.git_dir);
+        }
+        repo.work_tree.as_deref().is_some_and(|root| {
+            let dot_git = root.join(".git");
+            self.pointers
+                .get(&dot_git)
+                .is_none_or(|then| *then != pointer(&dot_git))
+        })
+    }
+
     /// Whether the policy keeps a git directory's config or commondir read-only (and puts
-    /// it back): the top repository of a writable root, or a linked worktree's.
+    /// it back): the top repository of a writable root, or a linked worktree's. The policy
+    /// names them by the path it found them at (a `.git` symlink on the way, say), the
+    /// check by their canonical one.
     fn policy_protects(&self, git_dir: &Path) -> bool {
-        ["config", "commondir"]
+        let names = ["config", "commondir"];
+        names
             .iter()
             .any(|name| self.protected.contains(&git_dir.join(name)))
+            || self.protected.iter().any(|path| {
+                path.file_name()
+                    .is_some_and(|name| names.iter().any(|n| name == *n))
+                    && path
+                        .parent()
+                        .and_then(|dir| canonicalize(dir).ok())
+                        .is_some_and(|dir| dir == git_dir)
+            })
     }
 
     fn inside_roots(&self, path: &Path) -> bool {
@@ -590,7 +642,7 @@ impl NestedRepoGuard {
         for _ in 0..16 {
             problems.clear();
             let found = self.discover(&mut problems);
-            if !self.quarantine(found, &mut repairs) {
+            if !self.quarantine(found, &mut repairs, &mut problems) {
                 settled = true;
                 break;
             }
@@ -606,8 +658,14 @@ impl NestedRepoGuard {
     }
 
     /// Moves aside what could run code in each repository of `found` that the call staged
-    /// or changed, or that holds such things; whether anything was moved.
-    fn quarantine(&self, found: Vec<Found>, repairs: &mut Vec<String>) -> bool {
+    /// or changed, or that holds such things; whether anything was moved. A repository
+    /// outside the writable roots is left as it is, and said in `problems` instead.
+    fn quarantine(
+        &self,
+        found: Vec<Found>,
+        repairs: &mut Vec<String>,
+        problems: &mut Vec<String>,
+    ) -> bool {
         let mut moved = false;
         for repo in found {
             let is_new = !self.before.contains(&repo.git_dir);
@@ -625,12 +683,15 @@ impl NestedRepoGuard {
                 Kind::Gitlink => could_run_code(&repo.git_dir, repo.work_tree.as_deref()),
                 Kind::Worktree if !is_new && touched => Some("changed during the call".into()),
                 Kind::Worktree => None,
-                // Any the policy does not protect is judged like a gitlink's, whatever its
-                // age: one the call made, a root that is itself the git directory, or an
-                // older git directory a `.git` file made during the call leads to (the
-                // repository of a gitlink of the monorepo holding the root, say). The top
-                // repository's is protected: its config, or a linked worktree's commondir.
-                Kind::Root if is_new || !self.policy_protects(&repo.git_dir) => {
+                // One the call made is judged like a gitlink's; so is, whatever its age, one
+                // in the writable roots that the policy does not protect (a root that is
+                // itself the git directory, or an older git directory a `.git` file made
+                // during the call leads to: an embedded repository of the monorepo holding
+                // the root, say). The top repository's is protected (its config, or a
+                // linked worktree's commondir). One outside the roots is the sandbox's to
+                // write no more than the user's other repositories are: judged only where
+                // the call made or changed the `.git` leading there.
+                Kind::Root if self.root_repository_judged(&repo, is_new) => {
                     could_run_code(&repo.git_dir, repo.work_tree.as_deref())
                         .map(|why| format!("a repository at a writable root, and {why}"))
                 }
@@ -639,6 +700,18 @@ impl NestedRepoGuard {
             let Some(why) = why else {
                 continue;
             };
+            // Nothing outside the writable roots is the sandbox's, nor chitti's to move (a
+            // `.git` symlink made during the call could name any repository of the user's):
+            // what could run code there fails the call instead.
+            if !self.inside_roots(&repo.git_dir) {
+                problems.push(format!(
+                    "{}: its git directory {} lies outside the writable roots, where chitti \
+                     moves nothing, and {why}",
+                    repo.label,
+                    repo.git_dir.display()
+                ));
+                continue;
+            }
             for name in RISKY {
                 let path = repo.git_dir.join(name);
                 if std::fs::symlink_metadata(&path).is_err() {
@@ -1723,6 +1796,36 @@ mod tests {
         let guard = NestedRepoGuard::before(std::slice::from_ref(&ws)).trusting(&protected);
         let repairs = Box::new(guard).run();
         assert!(ws.join(".git/config").exists(), "{repairs:?}");
+    }
+
+    /// A repository outside the writable roots that a root's `.git` leads to is not the
+    /// sandbox's to write: left alone as the user set it up, and, where the call made the
+    /// `.git` leading there, judged without moving anything (the call fails instead).
+    #[test]
+    fn a_repository_outside_the_roots_is_never_moved() {
+        let (outside_dir, other) = workspace_repo();
+        git(&other, &["config", "alias.st", "status"]);
+        let config = other.join(".git/config");
+        // The user's own `.git` symlink to a repository elsewhere.
+        let root = outside_dir.path().canonicalize().unwrap().join("linked");
+        std::fs::create_dir(&root).unwrap();
+        std::os::unix::fs::symlink(other.join(".git"), root.join(".git")).unwrap();
+        std::thread::sleep(Duration::from_millis(100));
+        let guard = NestedRepoGuard::before(std::slice::from_ref(&root));
+        let repairs = Box::new(guard).run();
+        assert!(repairs.is_empty(), "{repairs:?}");
+        assert!(config.exists());
+        // One the call makes.
+        let (_dir, ws) = workspace_repo();
+        std::fs::remove_dir_all(ws.join(".git")).unwrap();
+        let guard = NestedRepoGuard::before(std::slice::from_ref(&ws));
+        std::os::unix::fs::symlink(other.join(".git"), ws.join(".git")).unwrap();
+        let repairs = Box::new(guard).run();
+        assert!(config.exists(), "moved outside the roots: {repairs:?}");
+        assert!(
+            repairs.iter().any(|r| crate::sandbox::is_unrepaired(r)),
+            "{repairs:?}"
+        );
     }
 
     /// A gitlink whose path cannot be resolved here for another reason than that nothing
