@@ -373,19 +373,29 @@ impl NestedRepoGuard {
         self
     }
 
-    /// Whether a repository git takes at a root is judged by what it holds (see `quarantine`).
-    fn root_repository_judged(&self, repo: &Found, is_new: bool) -> bool {
-        if is_new {
-            return true;
-        }
+    /// Why a repository git takes at a root could run a program on the host, where it is
+    /// judged (see `quarantine`).
+    fn judge_root_repository(&self, repo: &Found, is_new: bool) -> Option<String> {
         if self.inside_roots(&repo.git_dir) {
-            return !self.policy_protects(&repo.git_dir);
+            if !is_new && self.policy_protects(&repo.git_dir) {
+                return None;
+            }
+            return could_run_code(&repo.git_dir, repo.work_tree.as_deref())
+                .map(|why| format!("a repository at a writable root, and {why}"));
         }
-        repo.work_tree.as_deref().is_some_and(|root| {
+        // Outside the roots: the user's own layout, unless this call made or changed the
+        // `.git` leading there; then, however harmless what it leads to is now, calls in
+        // other workspaces may write it later.
+        let pointer_changed = repo.work_tree.as_deref().is_some_and(|root| {
             let dot_git = root.join(".git");
             self.pointers
                 .get(&dot_git)
                 .is_none_or(|then| *then != pointer(&dot_git))
+        });
+        (pointer_changed || is_new).then(|| {
+            "its .git, made or changed during the call, leads outside the writable roots, \
+             which calls in other workspaces may write"
+                .into()
         })
     }
 
@@ -579,7 +589,19 @@ impl NestedRepoGuard {
             // running beside this one may write there (its private TMPDIR): judged by what
             // it holds, and the call fails where that could run a program.
             if !self.inside_roots(&sub_work) || !self.inside_roots(&sub_git) {
-                if seen.judged.insert(sub_git.clone()) {
+                let dot_git = sub_work.join(".git");
+                if self.inside_roots(&sub_work) && self.changed(&dot_git) {
+                    // Made or changed by this call, a `.git` leading outside the roots is
+                    // the sandbox's doing, and what it leads to may be written later by
+                    // calls elsewhere (another workspace's): however harmless it is now.
+                    problems.push(format!(
+                        "nested repository {}: its .git, made or changed during the call, \
+                         leads outside the writable roots to {}, which calls in other \
+                         workspaces may write",
+                        sub_work.display(),
+                        sub_git.display()
+                    ));
+                } else if seen.judged.insert(sub_git.clone()) {
                     if let Some(why) = could_run_code(&sub_git, Some(&sub_work)) {
                         problems.push(format!(
                             "nested repository {}: its git directory {} lies outside the \
@@ -689,13 +711,9 @@ impl NestedRepoGuard {
                 // during the call leads to: an embedded repository of the monorepo holding
                 // the root, say). The top repository's is protected (its config, or a
                 // linked worktree's commondir). One outside the roots is the sandbox's to
-                // write no more than the user's other repositories are: judged only where
-                // the call made or changed the `.git` leading there.
-                Kind::Root if self.root_repository_judged(&repo, is_new) => {
-                    could_run_code(&repo.git_dir, repo.work_tree.as_deref())
-                        .map(|why| format!("a repository at a writable root, and {why}"))
-                }
-                Kind::Root => None,
+                // write no more than the user's other repositories are: only a `.git` made
+                // or changed during the call that leads there fails the call.
+                Kind::Root => self.judge_root_repository(&repo, is_new),
             };
             let Some(why) = why else {
                 continue;
@@ -1019,14 +1037,22 @@ fn read_at_most(path: &Path, limit: u64) -> std::io::Result<Read> {
 /// test where they differ (any `objects` and `refs`, where git asks only that each be
 /// searchable or executable): taking too much for a repository only judges more.
 fn is_git_dir(dir: &Path) -> bool {
-    if std::fs::symlink_metadata(dir.join("HEAD")).is_err() {
-        return false;
+    // Only "nothing there" says no: anything chitti cannot look at here (a `commondir`
+    // too long to resolve in one step, which git resolves one name at a time) counts as a
+    // git directory, to be judged (a review hid a repository behind one).
+    let there = |path: &Path| match std::fs::metadata(path) {
+        Ok(_) => true,
+        Err(e) => !nothing_there(&e),
+    };
+    match std::fs::symlink_metadata(dir.join("HEAD")) {
+        Ok(_) => {}
+        Err(e) if nothing_there(&e) => return false,
+        Err(_) => return true,
     }
     let Some(common) = common_dir(dir) else {
-        return false;
+        return true;
     };
-    std::fs::metadata(common.join("objects")).is_ok()
-        && std::fs::metadata(common.join("refs")).is_ok()
+    there(&common.join("objects")) && there(&common.join("refs"))
 }
 
 /// The mode and contents of a regular file of at most 1 MiB.
@@ -1767,8 +1793,12 @@ mod tests {
         stage_gitlink(&ws, "B", &ws.join("B/lib/.git"));
         let repairs = Box::new(guard).run();
         assert!(!ws.join("B/lib/.git/config").exists(), "{repairs:?}");
+        // And the `.git` the call made leading outside fails the call: what it leads to
+        // could be armed later by calls elsewhere.
         assert!(
-            !repairs.iter().any(|r| crate::sandbox::is_unrepaired(r)),
+            repairs
+                .iter()
+                .any(|r| crate::sandbox::is_unrepaired(r) && r.contains("/B: its .git")),
             "{repairs:?}"
         );
     }
@@ -1815,17 +1845,44 @@ mod tests {
         let repairs = Box::new(guard).run();
         assert!(repairs.is_empty(), "{repairs:?}");
         assert!(config.exists());
-        // One the call makes.
+        // One the call makes, to a risky repository and to a harmless one (which a call in
+        // another workspace could arm later: a review chained two workspaces so).
+        for harmless in [false, true] {
+            if harmless {
+                git(&other, &["config", "--unset", "alias.st"]);
+            }
+            let (_dir, ws) = workspace_repo();
+            std::fs::remove_dir_all(ws.join(".git")).unwrap();
+            let guard = NestedRepoGuard::before(std::slice::from_ref(&ws));
+            std::os::unix::fs::symlink(other.join(".git"), ws.join(".git")).unwrap();
+            let repairs = Box::new(guard).run();
+            assert!(config.exists(), "moved outside the roots: {repairs:?}");
+            assert!(
+                repairs.iter().any(|r| crate::sandbox::is_unrepaired(r)),
+                "{repairs:?}"
+            );
+        }
+    }
+
+    /// A `commondir` naming a path longer than chitti resolves in one step (git resolves
+    /// it one name at a time) does not hide the repository: it is judged (a review found
+    /// one that did).
+    #[test]
+    fn a_commondir_chitti_cannot_resolve_is_judged() {
         let (_dir, ws) = workspace_repo();
-        std::fs::remove_dir_all(ws.join(".git")).unwrap();
         let guard = NestedRepoGuard::before(std::slice::from_ref(&ws));
-        std::os::unix::fs::symlink(other.join(".git"), ws.join(".git")).unwrap();
+        let sub = ws.join("sub");
+        evil_repo(&sub);
+        stage_gitlink(&ws, "sub", &sub.join(".git"));
+        let c2 = ws.join("c2");
+        std::fs::create_dir(&c2).unwrap();
+        for name in ["objects", "refs", "config"] {
+            std::fs::rename(sub.join(".git").join(name), c2.join(name)).unwrap();
+        }
+        let long = format!("{}../../c2\n", "./".repeat(2100));
+        std::fs::write(sub.join(".git/commondir"), long).unwrap();
         let repairs = Box::new(guard).run();
-        assert!(config.exists(), "moved outside the roots: {repairs:?}");
-        assert!(
-            repairs.iter().any(|r| crate::sandbox::is_unrepaired(r)),
-            "{repairs:?}"
-        );
+        assert!(!sub.join(".git/commondir").exists(), "{repairs:?}");
     }
 
     /// A gitlink whose path cannot be resolved here for another reason than that nothing
