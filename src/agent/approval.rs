@@ -128,7 +128,18 @@ pub fn question(call: &CallView) -> String {
         (Tool::EditFile, _) => "chitti wants to edit a file:",
         (tool, _) => return format!("chitti wants to call {}:\n{}\n", tool.name(), call.summary),
     };
-    format!("{what}\n{}\n", call.summary)
+    // Said again last, right above the answer: the text in between is the model's, and
+    // however it is drawn (long, wrapped, full of blank lines) it cannot stand in for this.
+    let reminder = match (call.tool, call.sandboxed) {
+        (Tool::ExecuteBash, true) => "(the command above runs in the sandbox)",
+        (Tool::ExecuteBash, false) => {
+            "(the command above runs OUTSIDE THE SANDBOX, with full access to your files, \
+             credentials and network)"
+        }
+        (Tool::WriteFile, _) => "(the file above is written in the workspace)",
+        _ => "(the file above is edited in the workspace)",
+    };
+    format!("{what}\n{}\n{reminder}\n", call.summary)
 }
 
 /// Asks on the controlling terminal when there is one, else (for `chitti run`, whose

@@ -329,9 +329,14 @@ impl<P: Provider> Agent<P> {
         }
 
         let this = &*self;
+        // A model may ask for any number of calls at once: at most as many run at a time
+        // as the MCP server allows, the rest wait their turn, in order.
+        let slots = tokio::sync::Semaphore::new(crate::mcp::MAX_CALLS_AT_ONCE);
+        let slots = &slots;
         let runs = calls.iter().zip(plans).map(|(call, plan)| async move {
             match plan {
                 Plan::Run { summary } => {
+                    let _slot = slots.acquire().await;
                     this.report(Progress::ToolStart {
                         name: &call.name,
                         summary: &summary,

@@ -13,6 +13,9 @@ const MAX_DIFF_LINES: usize = 200;
 /// Files larger than this are not diffed, only described.
 const MAX_DIFF_BYTES: u64 = 1 << 20;
 
+/// The longest a preview's diff may take before it settles for a coarser one.
+const DIFF_DEADLINE: std::time::Duration = std::time::Duration::from_millis(500);
+
 /// What the user is shown for a call, with every character that could hide or rewrite
 /// what is on the screen made visible.
 pub fn preview(policy: &Policy, tool: Tool, args: &Value) -> String {
@@ -78,7 +81,7 @@ fn raw_preview(policy: &Policy, tool: Tool, args: &Value) -> String {
     let text = |key: &str| args[key].as_str().unwrap_or_default();
     match tool {
         Tool::ExecuteBash => {
-            let mut shown = format!("  $ {}\n", text("command"));
+            let mut shown = command_lines(text("command"));
             let dir = args["working_directory"].as_str().unwrap_or(".");
             shown.push_str(&format!("  in {} ({dir})", policy.workspace.display()));
             if let Some(secs) = args["timeout_seconds"].as_u64() {
@@ -114,6 +117,34 @@ fn raw_preview(policy: &Policy, tool: Tool, args: &Value) -> String {
     }
 }
 
+/// A command as the user is shown it: every line after the first behind a gutter, so
+/// that no line of it can pass for chitti's own words (a model's command that ended in
+/// a made-up "chitti wants to run, in the sandbox:" after a hundred blank lines pushed the
+/// real question off the screen), and runs of blank lines counted rather than drawn.
+fn command_lines(command: &str) -> String {
+    let mut lines = command.split('\n');
+    let mut shown = format!("  $ {}\n", lines.next().unwrap_or_default());
+    let mut blank = 0usize;
+    let flush = |shown: &mut String, blank: &mut usize| {
+        match *blank {
+            0 => {}
+            1 | 2 => shown.push_str(&"  │\n".repeat(*blank)),
+            n => shown.push_str(&format!("  │ ({n} blank lines)\n")),
+        }
+        *blank = 0;
+    };
+    for line in lines {
+        if line.trim().is_empty() {
+            blank += 1;
+            continue;
+        }
+        flush(&mut shown, &mut blank);
+        shown.push_str(&format!("  │ {line}\n"));
+    }
+    flush(&mut shown, &mut blank);
+    shown
+}
+
 /// The file's text, when it is a readable text file inside the workspace.
 fn current_content(policy: &Policy, path: &str) -> Option<String> {
     let opened = confine::open_read(policy, path).ok()?;
@@ -130,7 +161,20 @@ fn current_content(policy: &Policy, path: &str) -> Option<String> {
 }
 
 fn diff(path: &str, old: &str, new: &str) -> String {
-    let text = similar::TextDiff::from_lines(old, new)
+    // The model writes the new text: a diff of any two large texts takes time that grows
+    // with both (a review waited 69 s for one of 104,000 changed lines before its
+    // question). Past the deadline the diff is coarser, never late; a text too long to
+    // read as a diff is not drawn as one.
+    if new.len() as u64 > MAX_DIFF_BYTES {
+        return format!(
+            "(new contents of {} bytes, {} lines: too long to show as a diff)\n",
+            new.len(),
+            new.lines().count()
+        );
+    }
+    let text = similar::TextDiff::configure()
+        .timeout(DIFF_DEADLINE)
+        .diff_lines(old, new)
         .unified_diff()
         .context_radius(3)
         .header(&format!("a/{path}"), &format!("b/{path}"))
@@ -164,6 +208,59 @@ mod tests {
         );
         assert!(shown.contains("$ rm -rf build && make"), "{shown}");
         assert!(shown.contains("time limit 5 s"), "{shown}");
+    }
+
+    /// A command cannot pass any of its lines off as chitti's own words: the ones after
+    /// the first sit behind a gutter, and a run of blank lines (which pushed the real
+    /// question off the screen in a review) is counted, not drawn.
+    #[test]
+    fn a_command_s_lines_cannot_pass_for_chitti_s() {
+        let fx = Fixture::new();
+        let command = format!(
+            "touch /tmp/pwned; : <<'EOF'{}chitti wants to run, in the sandbox:\n  $ cargo test",
+            "\n".repeat(120)
+        );
+        let shown = preview(
+            &fx.policy,
+            Tool::ExecuteBash,
+            &json!({ "command": command }),
+        );
+        let lines: Vec<&str> = shown.lines().collect();
+        assert!(lines.len() < 10, "{shown}");
+        assert!(lines.contains(&"  │ (119 blank lines)"), "{shown}");
+        assert!(
+            lines
+                .iter()
+                .filter(|l| l.contains("cargo test") || l.contains("wants to run"))
+                .all(|l| l.starts_with("  │ ")),
+            "{shown}"
+        );
+        let view = super::super::approval::CallView {
+            tool: Tool::ExecuteBash,
+            sandboxed: false,
+            summary: shown,
+        };
+        let question = super::super::approval::question(&view);
+        let last = question.trim_end().lines().last().unwrap_or_default();
+        assert!(last.contains("OUTSIDE THE SANDBOX"), "{question}");
+    }
+
+    /// A diff of two long texts that share nothing comes in time (a review waited 69 s
+    /// for 104,000 lines before the question).
+    #[test]
+    fn a_long_diff_comes_in_time() {
+        let old: String = (0..60_000).map(|i| format!("old{i:06}\n")).collect();
+        let new: String = (0..60_000).map(|i| format!("new{i:06}\n")).collect();
+        let started = std::time::Instant::now();
+        let shown = diff("big.txt", &old, &new);
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(5),
+            "{:?}",
+            started.elapsed()
+        );
+        assert!(shown.contains("more diff lines not shown"), "{shown}");
+        let huge = "x\n".repeat(1 << 20);
+        assert!(diff("big.txt", "", &huge).contains("too long to show as a diff"));
     }
 
     #[test]

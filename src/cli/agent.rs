@@ -211,7 +211,7 @@ fn build_provider(
         on_retry: Some(Arc::new(move |notice: &RetryNotice| {
             eprintln!(
                 "chitti: {}; retrying in {:.1} s (attempt {} of {})",
-                notice.reason,
+                crate::agent::preview::visible(&notice.reason),
                 notice.wait.as_secs_f64(),
                 notice.attempt,
                 notice.max_attempts

@@ -406,14 +406,29 @@ pub(crate) fn out(text: &str) {
     let _ = stdout.flush();
 }
 
-/// Prints an error the way every chitti command does.
+/// Prints an error the way every chitti command does. Control and invisible characters
+/// are shown escaped: an error may quote a model server's words, and an escape sequence
+/// there could clear the screen or hide the next approval question.
 pub(crate) fn report_error(message: &str) {
-    eprintln!("chitti: error: {message}");
+    eprintln!("{}", error_line(message));
+}
+
+fn error_line(message: &str) -> String {
+    format!("chitti: error: {}", crate::agent::preview::visible(message))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A model server's error text reaches the terminal with its escape sequences shown,
+    /// not obeyed (a review cleared the screen and hid the next question with one).
+    #[test]
+    fn errors_show_control_characters_escaped() {
+        let line = error_line("mid\x1b[2J\x1b]0;title\x07stream\r");
+        assert!(!line.contains('\x1b') && !line.contains('\x07') && !line.contains('\r'));
+        assert!(line.contains(r"\u{1b}[2J"), "{line}");
+    }
 
     fn args(line: &str) -> Vec<OsString> {
         line.split_whitespace().map(OsString::from).collect()

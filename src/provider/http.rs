@@ -107,6 +107,9 @@ pub fn client(options: &HttpOptions) -> Result<reqwest::Client, ProviderError> {
     // the CPU now, before any TLS, rather than at every chitti start.
     aws_lc_rs::init();
     reqwest::Client::builder()
+        // A redirect would carry the request, and Gemini's key header with it (reqwest
+        // drops only `Authorization` across origins), to wherever the server says.
+        .redirect(reqwest::redirect::Policy::none())
         .connect_timeout(options.idle_timeout.min(Duration::from_secs(30)))
         .read_timeout(options.idle_timeout)
         .user_agent(concat!("chitti/", env!("CARGO_PKG_VERSION")))
@@ -212,6 +215,23 @@ async fn judge(api: &str, response: reqwest::Response) -> Attempt {
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.trim().parse::<u64>().ok())
         .map(Duration::from_secs);
+    if status.is_redirection() {
+        let to = response
+            .headers()
+            .get("location")
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("nowhere said")
+            .to_string();
+        return Attempt::Fail(ProviderError::new(
+            ErrorKind::Rejected,
+            format!(
+                "{api} API answered with a redirect (HTTP {}) to {to}: chitti follows none, \
+                 since the request and its API key would go along; if that is the server, \
+                 set its address as the base URL",
+                status.as_u16()
+            ),
+        ));
+    }
     let body = response.text().await.unwrap_or_default();
     let detail = api_error_message(&body);
     let code = status.as_u16();
@@ -287,8 +307,9 @@ fn gemini_retry_delay(body: &str) -> Option<Duration> {
         .iter()
         .find_map(|d| d["retryDelay"].as_str())
         .and_then(|s| s.trim_end_matches('s').parse::<f64>().ok())
-        .filter(|secs| secs.is_finite() && *secs >= 0.0)
-        .map(Duration::from_secs_f64)
+        // Any number a server sends: one too large for a Duration is no delay chitti takes
+        // (the wait is capped later anyway).
+        .and_then(|secs| Duration::try_from_secs_f64(secs).ok())
 }
 
 fn describe_transport_error(e: &reqwest::Error) -> String {
@@ -398,6 +419,11 @@ mod tests {
         let body = r#"{"error": {"code": 429, "details": [{"@type": "type.googleapis.com/google.rpc.RetryInfo", "retryDelay": "7s"}]}}"#;
         assert_eq!(gemini_retry_delay(body), Some(Duration::from_secs(7)));
         assert_eq!(gemini_retry_delay("{}"), None);
+        // A review made chitti panic with this one.
+        let huge = r#"{"error": {"details": [{"retryDelay": "1e300s"}]}}"#;
+        assert_eq!(gemini_retry_delay(huge), None);
+        let negative = r#"{"error": {"details": [{"retryDelay": "-5s"}]}}"#;
+        assert_eq!(gemini_retry_delay(negative), None);
     }
 
     /// Sends the request `build` makes (given a client and a port) to a listener on
@@ -434,6 +460,46 @@ mod tests {
 
     /// The client is built with TLS: an HTTPS request opens with a TLS ClientHello,
     /// observed by the listener.
+    /// A redirect is not followed: Gemini's key travels in a header of its own, which
+    /// reqwest would have sent on to another origin (a review saw it arrive there).
+    #[tokio::test]
+    async fn redirects_are_not_followed() {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let elsewhere = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let server = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let (elsewhere_port, port) = (
+            elsewhere.local_addr().unwrap().port(),
+            server.local_addr().unwrap().port(),
+        );
+        tokio::spawn(async move {
+            let (mut conn, _) = server.accept().await.unwrap();
+            let mut request = [0u8; 4096];
+            let _ = conn.read(&mut request).await;
+            let answer = format!(
+                "HTTP/1.1 307 Temporary Redirect\r\nLocation: http://localhost:{elsewhere_port}/x\r\n\
+                 Content-Length: 0\r\nConnection: close\r\n\r\n"
+            );
+            let _ = conn.write_all(answer.as_bytes()).await;
+        });
+        let options = HttpOptions::default();
+        let client = client(&options).unwrap();
+        let url = format!("http://127.0.0.1:{port}/v1beta/models/m:generateContent");
+        let headers = [("x-goog-api-key", "secret".to_string())];
+        let result = post_json(
+            &client,
+            &options,
+            "gemini",
+            &url,
+            &headers,
+            &serde_json::json!({}),
+        )
+        .await;
+        let e = result.expect_err("a redirect is an error");
+        assert!(e.to_string().contains("redirect"), "{e}");
+        let followed = tokio::time::timeout(Duration::from_millis(200), elsewhere.accept()).await;
+        assert!(followed.is_err(), "the redirect was followed");
+    }
+
     #[tokio::test]
     async fn https_requests_start_a_tls_handshake() {
         let head = first_bytes_of::<2>(|c, port| c.get(format!("https://127.0.0.1:{port}/")));
