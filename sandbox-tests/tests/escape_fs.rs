@@ -1234,6 +1234,47 @@ fn escape_git_root_repository_with_a_work_tree_elsewhere(backend: &str) {
     );
 }
 
+/// Two calls at once in a workspace that is no repository yet: the first makes one at the
+/// root with a `core.fsmonitor` and waits until the second has started; the second must
+/// not take that repository for the workspace's own and put its config back after the
+/// first call's check moved it aside (a review did this: two tool calls of one model reply
+/// can). The second call is refused instead, or ends without putting the plant back.
+#[backends]
+fn escape_git_repository_made_while_a_second_call_starts(backend: &str) {
+    let fx = Fixture::new();
+    let pwned = fx.outside("pwned-made-at-once");
+    let first = fx.chitti(backend).spawn(&[
+        "sh",
+        "-c",
+        &probe(&format!(
+            "git init -q && git config core.fsmonitor \"touch {p}; false\" && touch first-planted; \
+             for i in $(seq 1200); do [ -e second-started ] && break; sleep 0.05; done",
+            p = sh_quote(&pwned)
+        )),
+    ]);
+    assert!(
+        wait_until(Duration::from_secs(60), || exists(&fx.ws("first-planted"))),
+        "the first call never planted"
+    );
+    // Its command marks that it started (if the call is let start at all), then outlives
+    // the first call.
+    let second = fx
+        .chitti(backend)
+        .spawn(&["sh", "-c", &probe("touch second-started; sleep 1")]);
+    // A refused second call never starts its command: the first goes on after a while.
+    let _ = wait_until(Duration::from_secs(3), || exists(&fx.ws("second-started")));
+    write(&fx.ws("second-started"), "");
+    let first = first.wait();
+    first.assert_probe_ran();
+    let second = second.wait();
+    let _ = host_git(&fx.ws, &fx.home, &["status", "--short"]);
+    assert_absent(
+        &pwned,
+        "a repository made by one call, put back by a second running at once",
+        &second,
+    );
+}
+
 /// Two calls at once in one repository. The first plants a `core.fsmonitor` in `.git/config`
 /// and in `.git/config.worktree` and waits until the second has started; the second waits
 /// until the first has ended (and put its paths back), then plants `config.worktree` again.

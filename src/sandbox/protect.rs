@@ -42,6 +42,9 @@ pub struct Snapshot {
     member: Option<shared_baseline::Member>,
     /// Said with the repairs: what the shared record could not cover.
     notes: Vec<String>,
+    /// For a call with nothing to protect: its presence among the calls running, held
+    /// until its supervisor is done (see [`shared_baseline::be_present`]).
+    presence: Option<std::fs::File>,
 }
 
 impl crate::sandbox::AfterCall for Snapshot {
@@ -54,6 +57,7 @@ impl crate::sandbox::AfterCall for Snapshot {
             .iter()
             .filter_map(|e| e.pinned.as_ref().map(|fd| fd.as_raw_fd()))
             .chain(self.member.as_ref().map(|m| m.fd()))
+            .chain(self.presence.as_ref().map(|f| f.as_raw_fd()))
             .collect()
     }
 
@@ -98,8 +102,14 @@ impl Snapshot {
         protected: &[PathBuf],
         guarded: &[PathBuf],
     ) -> Result<Snapshot, String> {
+        // A call with nothing to protect is counted among the calls running all the same:
+        // its command may make a repository at its root, and a call starting meanwhile
+        // must know that calls are running (see `record`).
         if pinned.is_empty() && protected.is_empty() && guarded.is_empty() {
-            return Ok(Snapshot::default());
+            return Ok(Snapshot {
+                presence: Some(shared_baseline::be_present(state_dir)?),
+                ..Snapshot::default()
+            });
         }
         let mut joining = shared_baseline::join(state_dir)?;
         let mut snapshot = Self::record(Some(&mut joining), pinned, protected, guarded)?;
@@ -163,6 +173,16 @@ impl Snapshot {
                 }
                 Some(_) => return Err(replaced_by_running_call(path)),
                 None => {
+                    // A repository made while other calls run may be one of their commands'
+                    // (and hold its plants): its paths are not taken for the state to put
+                    // back. A review made one at the root with one call while a second
+                    // started, whose repairs then put back what the first call's check had
+                    // moved aside. (Where the filesystem keeps no birth time, it is taken.)
+                    if let Some(since) = shared.as_deref().and_then(|s| s.running_since()) {
+                        if born_since(path, since) {
+                            return Err(made_by_running_call(path));
+                        }
+                    }
                     if let Some(s) = shared.as_deref_mut() {
                         s.record(path, now.clone());
                     }
@@ -344,6 +364,23 @@ impl Snapshot {
         }
         repairs
     }
+}
+
+fn made_by_running_call(path: &Path) -> String {
+    format!(
+        "{} was made while another chitti call was running, whose command may have made \
+         it: chitti cannot take what it holds for the repository's own. Wait for the other \
+         call to end, check the repository, and run this one again",
+        path.display()
+    )
+}
+
+/// Whether `path` came into being at or after `since` (its birth time, which no process
+/// can set); false where the filesystem keeps none.
+fn born_since(path: &Path, since: std::time::SystemTime) -> bool {
+    std::fs::symlink_metadata(path)
+        .and_then(|meta| meta.created())
+        .is_ok_and(|born| born >= since)
 }
 
 fn replaced_by_running_call(path: &Path) -> String {
@@ -1012,6 +1049,38 @@ mod tests {
         std::fs::write(git.join("config"), "[core]\n\tbare = false\n").unwrap();
         let mut third = Snapshot::take_shared(state.path(), &pinned, &protected, &[]).unwrap();
         assert!(third.restore().is_empty());
+    }
+
+    /// A repository made while another call runs (by that call's command, perhaps, with
+    /// its plants in it) is not taken for the one to put back by a call that starts then.
+    #[test]
+    fn a_repository_made_while_another_call_runs_refuses_the_next_call() {
+        let state = tempfile::tempdir().unwrap();
+        let ws = tempfile::tempdir().unwrap();
+        let git = ws.path().join(".git");
+        let probe = ws.path().join("probe");
+        std::fs::write(&probe, "").unwrap();
+        if std::fs::metadata(&probe).and_then(|m| m.created()).is_err() {
+            // Not a security test's skip: the rule needs birth times, and says so above.
+            eprintln!("SKIP: this filesystem keeps no birth times");
+            return;
+        }
+        let other = ws.path().join("other");
+        std::fs::write(&other, "").unwrap();
+        let mut first =
+            Snapshot::take_shared(state.path(), &[], std::slice::from_ref(&other), &[]).unwrap();
+        std::fs::create_dir_all(git.join("hooks")).unwrap();
+        std::fs::write(git.join("config"), "[core]\n\tfsmonitor = evil\n").unwrap();
+        let protected = [git.join("config"), git.join("hooks")];
+        let pinned = [git.clone()];
+        let err = Snapshot::take_shared(state.path(), &pinned, &protected, &[]).unwrap_err();
+        assert!(
+            err.contains("was made while another chitti call was running"),
+            "{err}"
+        );
+        first.restore();
+        // Alone, a call takes the repository as it finds it.
+        assert!(Snapshot::take_shared(state.path(), &pinned, &protected, &[]).is_ok());
     }
 
     #[test]

@@ -110,6 +110,9 @@ pub struct Joining {
     /// The paths whose records this call uses.
     mine: BTreeSet<PathBuf>,
     changed: bool,
+    /// When the calls running now began (the first of them, which joined alone); `None`
+    /// when this call is that first one.
+    running_since: Option<std::time::SystemTime>,
 }
 
 /// A call that has joined: it leaves once its repairs are done.
@@ -307,6 +310,28 @@ fn lock_byte(
     }
 }
 
+/// Counts this call among the calls running now, for a call that records nothing: the
+/// returned open of the lock file holds the running byte shared until it is closed (by
+/// this process and its supervisor), and marks when the calls running began if it is the
+/// first. Calls that start meanwhile see that calls are running (see
+/// [`Joining::running_since`]).
+pub fn be_present(state_dir: &Path) -> Result<std::fs::File, String> {
+    let dir = state_dir.join("protect");
+    let present = (|| {
+        let file = open_locks(&dir)?;
+        lock_byte(&file, STEP, libc::F_WRLCK, Some(PATIENCE))?;
+        if lock_byte(&file, RUNNING, libc::F_WRLCK, None)?
+            && unsafe { libc::futimens(file.as_raw_fd(), std::ptr::null()) } != 0
+        {
+            return Err(std::io::Error::last_os_error());
+        }
+        lock_byte(&file, RUNNING, libc::F_RDLCK, Some(PATIENCE))?;
+        lock_byte(&file, STEP, libc::F_UNLCK, None)?;
+        Ok(file)
+    })();
+    present.map_err(|e| store_error(&dir, "use the record", e))
+}
+
 /// Joins the calls running now in the store under `state_dir`: until [`Joining::finish`],
 /// no other call joins or leaves.
 pub fn join(state_dir: &Path) -> Result<Joining, String> {
@@ -323,10 +348,21 @@ fn join_within(state_dir: &Path, patience: Duration) -> Result<Joining, String> 
         // Atomic for these locks: from exclusive (alone) to shared, or shared at once (no
         // other open holds the byte exclusively without holding STEP, which this one does).
         lock_byte(&file, RUNNING, libc::F_RDLCK, Some(patience))?;
+        // The first call of a group marks when the group began, on the lock file's mtime
+        // (one system call); a call joining a running group reads it.
+        let running_since = if alone {
+            if unsafe { libc::futimens(file.as_raw_fd(), std::ptr::null()) } != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            None
+        } else {
+            Some(file.metadata()?.modified()?)
+        };
         let stored = read_record(&dir)?;
-        Ok::<_, std::io::Error>((file, alone, stored))
+        Ok::<_, std::io::Error>((file, alone, stored, running_since))
     })();
-    let (file, alone, stored) = locked.map_err(|e| store_error(&dir, "use the record", e))?;
+    let (file, alone, stored, running_since) =
+        locked.map_err(|e| store_error(&dir, "use the record", e))?;
     let mut records = parse(&dir, &stored)?;
     // Calls named by a record that no longer run: alone, none runs.
     let live = if alone {
@@ -367,6 +403,7 @@ fn join_within(state_dir: &Path, patience: Duration) -> Result<Joining, String> 
         bit: 1 << slot,
         mine: BTreeSet::new(),
         changed,
+        running_since,
     })
 }
 
@@ -429,6 +466,12 @@ impl Joining {
     /// calls that ended without their repairs did).
     pub fn recorded(&self, path: &Path) -> Option<&Before> {
         self.records.get(path).map(|r| &r.before)
+    }
+
+    /// When the calls running now began, if other calls are running: a path this call
+    /// records afresh that changed since then may hold what their commands planted.
+    pub fn running_since(&self) -> Option<std::time::SystemTime> {
+        self.running_since
     }
 
     /// True when the record of `path` was left by calls that ended without their repairs,
