@@ -344,16 +344,26 @@ fn origin(url: &str) -> String {
 }
 
 /// Reads a whole JSON body.
-pub async fn read_json(api: &str, response: reqwest::Response) -> Result<Value, ProviderError> {
-    let bytes = response.bytes().await.map_err(|e| {
-        ProviderError::new(
-            ErrorKind::CutOff,
-            format!(
-                "{api} API: the reply was cut off: {}",
-                describe_transport_error(&e)
-            ),
-        )
-    })?;
+pub async fn read_json(api: &str, mut response: reqwest::Response) -> Result<Value, ProviderError> {
+    // Read piece by piece up to a limit: a server (or whatever answers in its place) could
+    // send gigabytes.
+    let mut bytes = Vec::new();
+    loop {
+        let chunk = response.chunk().await.map_err(|e| {
+            ProviderError::new(
+                ErrorKind::CutOff,
+                format!(
+                    "{api} API: the reply was cut off: {}",
+                    describe_transport_error(&e)
+                ),
+            )
+        })?;
+        let Some(chunk) = chunk else { break };
+        bytes.extend_from_slice(&chunk);
+        if bytes.len() > MAX_REPLY_BYTES {
+            return Err(too_long(api));
+        }
+    }
     serde_json::from_slice(&bytes).map_err(|e| {
         ProviderError::bad_reply(format!(
             "{api} API: the reply is not valid JSON ({e}); it began: {}",
@@ -363,6 +373,17 @@ pub async fn read_json(api: &str, response: reqwest::Response) -> Result<Value, 
 }
 
 /// Reads a server-sent-events body, handing each event's data to `on_event`.
+/// The most a reply may hold, whole or streamed: far beyond any model's output.
+const MAX_REPLY_BYTES: usize = 64 << 20;
+
+fn too_long(api: &str) -> ProviderError {
+    ProviderError::bad_reply(format!(
+        "{api} API: the reply went past {} MiB, more than any model's answer: stopped \
+         reading it",
+        MAX_REPLY_BYTES >> 20
+    ))
+}
+
 pub async fn read_sse(
     api: &str,
     mut response: reqwest::Response,
@@ -379,6 +400,7 @@ pub async fn read_sse(
         return on_event(&json.to_string());
     }
     let mut parser = super::sse::Parser::default();
+    let mut streamed = 0usize;
     loop {
         let chunk = response.chunk().await.map_err(|e| {
             ProviderError::new(
@@ -390,6 +412,10 @@ pub async fn read_sse(
             )
         })?;
         let Some(chunk) = chunk else { break };
+        streamed += chunk.len();
+        if streamed > MAX_REPLY_BYTES {
+            return Err(too_long(api));
+        }
         for data in parser.feed(&chunk) {
             on_event(&data)?;
         }
@@ -498,6 +524,36 @@ mod tests {
         assert!(e.to_string().contains("redirect"), "{e}");
         let followed = tokio::time::timeout(Duration::from_millis(200), elsewhere.accept()).await;
         assert!(followed.is_err(), "the redirect was followed");
+    }
+
+    /// A reply is read up to a limit, not whole (a review had chitti buffer 600 MB).
+    #[tokio::test]
+    async fn a_reply_past_the_limit_is_refused_unread() {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let server = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = server.local_addr().unwrap().port();
+        tokio::spawn(async move {
+            let (mut conn, _) = server.accept().await.unwrap();
+            let mut request = [0u8; 4096];
+            let _ = conn.read(&mut request).await;
+            let head =
+                "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nConnection: close\r\n\r\n";
+            let _ = conn.write_all(head.as_bytes()).await;
+            let block = vec![b' '; 1 << 20];
+            for _ in 0..(MAX_REPLY_BYTES >> 20) + 2 {
+                if conn.write_all(&block).await.is_err() {
+                    return;
+                }
+            }
+        });
+        let client = client(&HttpOptions::default()).unwrap();
+        let response = client
+            .get(format!("http://127.0.0.1:{port}/"))
+            .send()
+            .await
+            .unwrap();
+        let e = read_json("openai", response).await.unwrap_err();
+        assert!(e.to_string().contains("went past"), "{e}");
     }
 
     #[tokio::test]
