@@ -465,7 +465,7 @@ impl NestedRepoGuard {
                     }
                 }
             }
-            let Some(top) = top_repository(root) else {
+            let Some(top) = (!taken.no_dot_git).then(|| top_repository(root)).flatten() else {
                 continue;
             };
             seen.judged.insert(top.git_dir.clone());
@@ -876,6 +876,8 @@ struct RootRepositories {
     may_go_above: bool,
     /// Why the root's `.git` could not be read as git reads it, if it could not.
     unreadable: Option<String>,
+    /// Nothing is at the root's `.git`.
+    no_dot_git: bool,
 }
 
 /// The git directories git may take at `root`, in the order it tries them: the `.git`
@@ -888,21 +890,35 @@ struct RootRepositories {
 fn root_repositories(root: &Path) -> RootRepositories {
     let dot_git = root.join(".git");
     let mut git_dirs = Vec::new();
-    let own = git_dir_of(root);
+    // Most roots hold neither a `.git` nor a `HEAD`: each looked at once (this runs before
+    // and after every call).
+    let no_dot_git = absent(&dot_git);
+    let own = if no_dot_git {
+        Ok(None)
+    } else {
+        git_dir_of(root)
+    };
     if let Ok(Some(git_dir)) = &own {
         git_dirs.push(git_dir.clone());
     }
     let unreadable = own.as_ref().err().cloned();
-    let is_gitfile = std::fs::metadata(&dot_git).is_ok_and(|m| m.is_file());
-    let stops_at_dot_git = is_gitfile || git_stops_at(&dot_git);
-    if (!matches!(own, Ok(Some(_))) || !stops_at_dot_git) && is_git_dir(root) {
+    let is_gitfile = !no_dot_git && std::fs::metadata(&dot_git).is_ok_and(|m| m.is_file());
+    let stops_at_dot_git = !no_dot_git && (is_gitfile || git_stops_at(&dot_git));
+    let no_head = absent(&root.join("HEAD"));
+    if (!matches!(own, Ok(Some(_))) || !stops_at_dot_git) && !no_head && is_git_dir(root) {
         git_dirs.push(root.to_path_buf());
     }
     RootRepositories {
         git_dirs,
-        may_go_above: !stops_at_dot_git && !git_stops_at(root),
+        may_go_above: !stops_at_dot_git && (no_head || !git_stops_at(root)),
         unreadable,
+        no_dot_git,
     }
+}
+
+/// Whether nothing at all is at `path` (not even a dangling symlink).
+fn absent(path: &Path) -> bool {
+    std::fs::symlink_metadata(path).is_err_and(|e| e.kind() == std::io::ErrorKind::NotFound)
 }
 
 /// Whether a path failed to resolve because nothing is there (or a file stands where a
