@@ -130,14 +130,20 @@ pub fn question(call: &CallView) -> String {
     };
     // Said again last, right above the answer: the text in between is the model's, and
     // however it is drawn (long, wrapped, full of blank lines) it cannot stand in for this.
+    // How much there is to read, so that a question taller than the screen says so.
+    let size = format!(
+        "{} lines, {} characters",
+        call.summary.lines().count(),
+        call.summary.chars().count()
+    );
     let reminder = match (call.tool, call.sandboxed) {
-        (Tool::ExecuteBash, true) => "(the command above runs in the sandbox)",
-        (Tool::ExecuteBash, false) => {
-            "(the command above runs OUTSIDE THE SANDBOX, with full access to your files, \
-             credentials and network)"
-        }
-        (Tool::WriteFile, _) => "(the file above is written in the workspace)",
-        _ => "(the file above is edited in the workspace)",
+        (Tool::ExecuteBash, true) => format!("(the command above, {size}, runs in the sandbox)"),
+        (Tool::ExecuteBash, false) => format!(
+            "(the command above, {size}, runs OUTSIDE THE SANDBOX, with full access to your \
+             files, credentials and network)"
+        ),
+        (Tool::WriteFile, _) => format!("(the file above, {size}, is written in the workspace)"),
+        _ => format!("(the edit above, {size}, is made in the workspace)"),
     };
     format!("{what}\n{}\n{reminder}\n", call.summary)
 }
