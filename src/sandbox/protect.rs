@@ -47,9 +47,25 @@ pub struct Snapshot {
     presence: Option<std::fs::File>,
 }
 
+/// Set in a process that exits once it has run a call's after-call steps (the landlock
+/// supervisor): there a snapshot's hold on the running calls' lock is kept until the exit.
+/// Elsewhere (bwrap's steps, run by chitti, which may go on to other calls) it goes with
+/// the snapshot.
+pub static ENDS_WITH_ITS_STEPS: std::sync::atomic::AtomicBool =
+    std::sync::atomic::AtomicBool::new(false);
+
 impl crate::sandbox::AfterCall for Snapshot {
     fn run(mut self: Box<Self>) -> Vec<String> {
-        self.restore()
+        // The call is counted among the running calls until its supervisor exits, after
+        // the steps that come after this one (the nested-repository check among them): a
+        // call starting in between would otherwise find none running (a review found the
+        // gap).
+        let presence = self.presence.take();
+        let lines = self.restore();
+        if ENDS_WITH_ITS_STEPS.load(std::sync::atomic::Ordering::Relaxed) {
+            std::mem::forget(presence);
+        }
+        lines
     }
 
     fn fds(&self) -> Vec<std::os::fd::RawFd> {
@@ -114,6 +130,8 @@ impl Snapshot {
         let mut joining = shared_baseline::join(state_dir)?;
         let mut snapshot = Self::record(Some(&mut joining), pinned, protected, guarded)?;
         snapshot.member = Some(joining.finish()?);
+        // Held past leaving the record, until the supervisor is done (see `run`).
+        snapshot.presence = Some(shared_baseline::be_present(state_dir)?);
         Ok(snapshot)
     }
 
@@ -1090,8 +1108,37 @@ mod tests {
             "{err}"
         );
         first.restore();
+        // Its supervisor exits: it counted among the running calls until then.
+        drop(first);
         // Alone, a call takes the repository as it finds it.
         assert!(Snapshot::take_shared(state.path(), &pinned, &protected, &[]).is_ok());
+    }
+
+    /// In a supervisor, a call counts among the running calls until the process exits,
+    /// not only until its repairs are done: the nested-repository check comes after them,
+    /// and a call starting in between found none running (a review saw the gap).
+    #[test]
+    fn a_supervisor_counts_as_running_until_it_exits() {
+        let state = tempfile::tempdir().unwrap();
+        let ws = tempfile::tempdir().unwrap();
+        let config = ws.path().join("config");
+        std::fs::write(&config, "[core]\n").unwrap();
+        let status = crate::in_a_child(
+            || true,
+            || {
+                ENDS_WITH_ITS_STEPS.store(true, std::sync::atomic::Ordering::Relaxed);
+                let snapshot =
+                    Snapshot::take_shared(state.path(), &[], std::slice::from_ref(&config), &[])
+                        .unwrap();
+                let repairs = crate::sandbox::AfterCall::run(Box::new(snapshot));
+                let later = shared_baseline::join(state.path()).unwrap();
+                repairs.is_empty() && later.running_since().is_some()
+            },
+        );
+        assert_eq!(
+            status, 0,
+            "a call starting after the repairs found none running"
+        );
     }
 
     #[test]
