@@ -101,7 +101,7 @@ impl EventLog {
         if let (Some(record), Value::Object(fields)) = (record.as_object_mut(), fields) {
             record.extend(fields);
         }
-        let mut line = record.to_string();
+        let mut line = ascii_safe(&record.to_string());
         line.push('\n');
         let mut file = self.file.lock().unwrap_or_else(|e| e.into_inner());
         if let Err(e) = file.write_all(line.as_bytes()) {
@@ -113,6 +113,28 @@ impl EventLog {
             }
         }
     }
+}
+
+/// A JSON line with the characters serde_json leaves as they are but that readers and
+/// terminals may take for line breaks or controls (C1 controls such as NEL and CSI, the
+/// line and paragraph separators, bidi and other format characters) written as `\u`
+/// escapes: the same JSON, and a line that stays one line wherever it is read.
+fn ascii_safe(json: &str) -> String {
+    let mut out = String::with_capacity(json.len());
+    for c in json.chars() {
+        let risky = ('\u{80}'..='\u{9f}').contains(&c)
+            || matches!(c, '\u{2028}' | '\u{2029}')
+            || crate::agent::preview::hides(c);
+        if risky && c > '\u{7f}' {
+            let mut units = [0u16; 2];
+            for unit in c.encode_utf16(&mut units) {
+                out.push_str(&format!("\\u{unit:04x}"));
+            }
+        } else {
+            out.push(c);
+        }
+    }
+    out
 }
 
 /// `20261123-135700` for a Unix time, in UTC.
@@ -145,6 +167,28 @@ fn civil_from_days(z: i64) -> (i64, u32, u32) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A model's text in the log stays on its line wherever it is read: the characters
+    /// some readers take for line breaks (NEL, the line separator) or controls are
+    /// escaped, and the JSON reads back the same (a review found them written raw).
+    #[test]
+    fn risky_characters_are_escaped_in_the_log() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("events.jsonl");
+        let log = EventLog::open(&path).unwrap();
+        let text = "a\u{85}b\u{2028}c\u{202e}d\u{9b}e\u{1F600}é";
+        log.log("model_text", json!({ "text": text }));
+        let written = std::fs::read_to_string(&path).unwrap();
+        assert!(
+            !written
+                .chars()
+                .any(|c| matches!(c, '\u{85}' | '\u{2028}' | '\u{202e}' | '\u{9b}')),
+            "{written:?}"
+        );
+        assert_eq!(written.lines().count(), 1);
+        let back: Value = serde_json::from_str(written.trim_end()).unwrap();
+        assert_eq!(back["text"], text);
+    }
 
     #[test]
     fn stamps_are_utc_dates() {

@@ -38,7 +38,7 @@ pub fn visible(text: &str) -> String {
     out
 }
 
-fn hides(c: char) -> bool {
+pub(crate) fn hides(c: char) -> bool {
     match c {
         '\n' | '\t' => false,
         c if c.is_control() => true,

@@ -154,6 +154,43 @@ async fn parallel_calls_run_concurrently_and_answer_in_order() {
     assert_eq!(agent.stats.tool_calls, 3);
 }
 
+/// A reply may ask for any number of calls at once: at most 16 run at a time (a review ran
+/// 100 sandboxes at once with one reply).
+#[tokio::test]
+async fn at_most_sixteen_calls_of_a_reply_run_at_once() {
+    let s = Setup::new();
+    let command = |n: usize| {
+        format!(
+            "mkdir -p live && touch live/{n} && ls live | wc -l > most.{n}; sleep 1; rm live/{n}"
+        )
+    };
+    let ids: Vec<String> = (0..20).map(|n| format!("c{n}")).collect();
+    let requested: Vec<(&str, &str, serde_json::Value)> = ids
+        .iter()
+        .enumerate()
+        .map(|(n, id)| {
+            (
+                id.as_str(),
+                "execute_bash",
+                json!({ "command": command(n) }),
+            )
+        })
+        .collect();
+    let mut agent = s.agent(
+        ApprovalMode::AutoSandboxed,
+        vec![calls(&requested), answer("done")],
+    );
+    assert_eq!(turn(&mut agent, "go").await, TurnEnd::Answer("done".into()));
+    let most = (0..20)
+        .map(|n| {
+            let seen = std::fs::read_to_string(s.fx.ws.join(format!("most.{n}"))).unwrap();
+            seen.trim().parse::<usize>().unwrap()
+        })
+        .max()
+        .unwrap();
+    assert!(most <= 16, "{most} calls ran at once");
+}
+
 #[tokio::test]
 async fn a_denied_call_does_not_run_and_the_model_is_told() {
     let s = Setup::new().answers(&[Answer::No]);
