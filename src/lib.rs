@@ -9,6 +9,7 @@
 //! `chat` and `mcp`, which `chitti` execs); `cli::agent_binary` says why.
 
 pub mod agent;
+pub mod bounded_read;
 pub mod canonical;
 pub mod cli;
 pub mod config;

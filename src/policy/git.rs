@@ -256,19 +256,13 @@ fn read_pointer(file: &Path, key: &str, base: &Path) -> Result<PathBuf, String> 
 /// which an earlier sandboxed command may have made as large as its limits allow: read
 /// only up to 1 MiB (larger is an error, as is a FIFO's emptiness: never waited on).
 fn read_small(path: &Path) -> std::io::Result<String> {
-    use std::io::Read;
-    use std::os::unix::fs::OpenOptionsExt;
+    use crate::bounded_read::{read_at_most, Bounded};
     const MAX: u64 = 1024 * 1024;
-    let file = std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NONBLOCK)
-        .open(path)?;
-    let mut text = String::new();
-    file.take(MAX + 1).read_to_string(&mut text)?;
-    if text.len() as u64 > MAX {
-        return Err(std::io::Error::other(format!("it is over {MAX} bytes")));
+    match read_at_most(path, MAX)? {
+        Bounded::Whole(bytes) => String::from_utf8(bytes)
+            .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e)),
+        Bounded::Start(_) => Err(std::io::Error::other(format!("it is over {MAX} bytes"))),
     }
-    Ok(text)
 }
 
 /// `path` resolved, when it is a directory reached without any symbolic link; `what` names

@@ -11,6 +11,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use super::AfterCall;
+use crate::bounded_read::{read_at_most, Bounded};
 use crate::canonical::canonicalize;
 
 /// What one git index file says about nested repositories.
@@ -960,14 +961,9 @@ fn git_stops_at(dir: &Path) -> bool {
 
 /// The first 255 bytes of a `HEAD`, as much as git reads of it.
 fn read_head_start(head: &Path) -> Option<Vec<u8>> {
-    use std::io::Read;
-    let mut text = Vec::with_capacity(255);
-    std::fs::File::open(head)
-        .ok()?
-        .take(255)
-        .read_to_end(&mut text)
-        .ok()?;
-    Some(text)
+    match read_at_most(head, 255).ok()? {
+        Bounded::Whole(text) | Bounded::Start(text) => Some(text),
+    }
 }
 
 /// Git's `validate_headref` on a `HEAD` file's first bytes: `ref:`, blanks, then `refs/`;
@@ -1000,10 +996,10 @@ fn may_search(dir: &Path) -> bool {
 /// `commondir` it cannot read, or one naming a path longer than any git could resolve.
 fn common_dir(dir: &Path) -> Option<PathBuf> {
     let text = match read_at_most(&dir.join("commondir"), COMMONDIR_MAX) {
-        Ok(Read::Whole(text)) => text,
+        Ok(Bounded::Whole(text)) => text,
         // A NUL in what was read ends the path wherever the file ends.
-        Ok(Read::Start(start)) if start.contains(&0) => start,
-        Ok(Read::Start(_)) => return None,
+        Ok(Bounded::Start(start)) if start.contains(&0) => start,
+        Ok(Bounded::Start(_)) => return None,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Some(dir.to_path_buf()),
         Err(_) => return None,
     };
@@ -1020,33 +1016,6 @@ fn common_dir(dir: &Path) -> Option<PathBuf> {
 
 /// Longer than any path the kernel resolves: a `commondir` this long names nothing.
 const COMMONDIR_MAX: u64 = 64 * 1024;
-
-/// What [`read_at_most`] read.
-enum Read {
-    Whole(Vec<u8>),
-    /// The file goes on past the limit: its first bytes.
-    Start(Vec<u8>),
-}
-
-/// At most `limit` bytes of a file, through symlinks as git opens it, without waiting on
-/// a FIFO: the sandbox may have made the file as large as its limits allow, and the check
-/// must not read gigabytes into memory.
-fn read_at_most(path: &Path, limit: u64) -> std::io::Result<Read> {
-    use std::io::Read as _;
-    use std::os::unix::fs::OpenOptionsExt;
-    let file = std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NONBLOCK)
-        .open(path)?;
-    let mut text = Vec::new();
-    file.take(limit + 1).read_to_end(&mut text)?;
-    Ok(if text.len() as u64 > limit {
-        text.truncate(limit as usize);
-        Read::Start(text)
-    } else {
-        Read::Whole(text)
-    })
-}
 
 /// Whether git could take `dir` for a git directory (its `is_git_directory`): a `HEAD`, and
 /// `objects` and `refs` there or in the directory its `commondir` names. Wider than git's
@@ -1112,8 +1081,8 @@ fn object_id_len(git_dir: &Path) -> Result<Option<usize>, String> {
     };
     let config = common.join("config");
     let text = match read_at_most(&config, CONFIG_MAX) {
-        Ok(Read::Whole(text)) => text,
-        Ok(Read::Start(_)) => {
+        Ok(Bounded::Whole(text)) => text,
+        Ok(Bounded::Start(_)) => {
             return Err(format!(
                 "{} is over {CONFIG_MAX} bytes: its gitlinks not read",
                 config.display()
@@ -1539,20 +1508,7 @@ mod tests {
         evil_repo(&work);
         std::fs::rename(work.join(".git"), ws.join("nulgd")).unwrap();
         std::fs::write(work.join(".git"), b"gitdir: ../nulgd\0junk\n").unwrap();
-        let head = Command::new("git")
-            .args([
-                "--git-dir",
-                ws.join("nulgd").to_str().unwrap(),
-                "rev-parse",
-                "HEAD",
-            ])
-            .output()
-            .unwrap();
-        let info = format!(
-            "160000,{},sub",
-            String::from_utf8(head.stdout).unwrap().trim()
-        );
-        git(&ws, &["update-index", "--add", "--cacheinfo", &info]);
+        stage_gitlink(&ws, "sub", &ws.join("nulgd"));
         std::thread::sleep(Duration::from_millis(100));
         let repairs = Box::new(NestedRepoGuard::before(std::slice::from_ref(&ws))).run();
         assert!(!ws.join("nulgd/config").exists(), "{repairs:?}");
@@ -2213,12 +2169,7 @@ mod tests {
         git(&ws, &["update-index", "--split-index"]);
         std::fs::remove_file(ws.join("sub")).unwrap();
         evil_repo(&ws.join("sub"));
-        let head = Command::new("git")
-            .args(["-C", ws.join("sub").to_str().unwrap(), "rev-parse", "HEAD"])
-            .output()
-            .unwrap();
-        let head = String::from_utf8(head.stdout).unwrap();
-        let info = format!("160000,{},sub", head.trim());
+        let info = format!("160000,{},sub", head_of(&ws.join("sub/.git")));
         git(&ws, &["update-index", "--cacheinfo", &info]);
         std::thread::sleep(Duration::from_millis(100));
         let guard = NestedRepoGuard::before(std::slice::from_ref(&ws));
