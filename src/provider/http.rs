@@ -345,24 +345,12 @@ fn origin(url: &str) -> String {
 
 /// Reads a whole JSON body.
 pub async fn read_json(api: &str, mut response: reqwest::Response) -> Result<Value, ProviderError> {
-    // Read piece by piece up to a limit: a server (or whatever answers in its place) could
-    // send gigabytes.
     let mut bytes = Vec::new();
-    loop {
-        let chunk = response.chunk().await.map_err(|e| {
-            ProviderError::new(
-                ErrorKind::CutOff,
-                format!(
-                    "{api} API: the reply was cut off: {}",
-                    describe_transport_error(&e)
-                ),
-            )
-        })?;
-        let Some(chunk) = chunk else { break };
-        bytes.extend_from_slice(&chunk);
-        if bytes.len() > MAX_REPLY_BYTES {
-            return Err(too_long(api));
-        }
+    let mut read = 0;
+    while let Some(chunk) =
+        next_chunk(api, &mut response, &mut read, "the reply was cut off").await?
+    {
+        bytes.extend_from_slice(chunk.as_ref());
     }
     serde_json::from_slice(&bytes).map_err(|e| {
         ProviderError::bad_reply(format!(
@@ -372,18 +360,38 @@ pub async fn read_json(api: &str, mut response: reqwest::Response) -> Result<Val
     })
 }
 
-/// Reads a server-sent-events body, handing each event's data to `on_event`.
 /// The most a reply may hold, whole or streamed: far beyond any model's output.
 const MAX_REPLY_BYTES: usize = 64 << 20;
 
-fn too_long(api: &str) -> ProviderError {
-    ProviderError::bad_reply(format!(
-        "{api} API: the reply went past {} MiB, more than any model's answer: stopped \
-         reading it",
-        MAX_REPLY_BYTES >> 20
-    ))
+/// The next piece of a reply, `None` at its end. Read piece by piece up to a limit, counted
+/// in `read`: a server (or whatever answers in its place) could send gigabytes. `broken`
+/// says what a transport error means here ("the reply was cut off").
+async fn next_chunk(
+    api: &str,
+    response: &mut reqwest::Response,
+    read: &mut usize,
+    broken: &str,
+) -> Result<Option<impl AsRef<[u8]>>, ProviderError> {
+    let chunk = response.chunk().await.map_err(|e| {
+        ProviderError::new(
+            ErrorKind::CutOff,
+            format!("{api} API: {broken}: {}", describe_transport_error(&e)),
+        )
+    })?;
+    if let Some(chunk) = &chunk {
+        *read += chunk.len();
+        if *read > MAX_REPLY_BYTES {
+            return Err(ProviderError::bad_reply(format!(
+                "{api} API: the reply went past {} MiB, more than any model's answer: \
+                 stopped reading it",
+                MAX_REPLY_BYTES >> 20
+            )));
+        }
+    }
+    Ok(chunk)
 }
 
+/// Reads a server-sent-events body, handing each event's data to `on_event`.
 pub async fn read_sse(
     api: &str,
     mut response: reqwest::Response,
@@ -400,23 +408,11 @@ pub async fn read_sse(
         return on_event(&json.to_string());
     }
     let mut parser = super::sse::Parser::default();
-    let mut streamed = 0usize;
-    loop {
-        let chunk = response.chunk().await.map_err(|e| {
-            ProviderError::new(
-                ErrorKind::CutOff,
-                format!(
-                    "{api} API: the stream broke off: {}",
-                    describe_transport_error(&e)
-                ),
-            )
-        })?;
-        let Some(chunk) = chunk else { break };
-        streamed += chunk.len();
-        if streamed > MAX_REPLY_BYTES {
-            return Err(too_long(api));
-        }
-        for data in parser.feed(&chunk) {
+    let mut read = 0;
+    while let Some(chunk) =
+        next_chunk(api, &mut response, &mut read, "the stream broke off").await?
+    {
+        for data in parser.feed(chunk.as_ref()) {
             on_event(&data)?;
         }
     }
