@@ -1275,6 +1275,45 @@ fn escape_git_repository_made_while_a_second_call_starts(backend: &str) {
     );
 }
 
+/// As above, but the repository the first call makes at the root is a directory older than
+/// both calls, renamed to `.git`: its birth time, which chitti's check once went by, is
+/// from before the calls began (a review found this).
+#[backends]
+fn escape_git_older_directory_renamed_to_git_while_a_second_call_starts(backend: &str) {
+    let fx = Fixture::new();
+    let pwned = fx.outside("pwned-renamed-at-once");
+    std::fs::create_dir(fx.ws("older")).unwrap();
+    let first = fx.chitti(backend).spawn(&[
+        "sh",
+        "-c",
+        &probe(&format!(
+            "git init -q made && cp -R made/.git/. older/ && rm -rf made && \
+             git --git-dir=older config core.fsmonitor \"touch {p}; false\" && mv older .git && \
+             touch first-planted; \
+             for i in $(seq 1200); do [ -e second-started ] && break; sleep 0.05; done",
+            p = sh_quote(&pwned)
+        )),
+    ]);
+    assert!(
+        wait_until(Duration::from_secs(60), || exists(&fx.ws("first-planted"))),
+        "the first call never planted"
+    );
+    let second = fx
+        .chitti(backend)
+        .spawn(&["sh", "-c", &probe("touch second-started; sleep 1")]);
+    let _ = wait_until(Duration::from_secs(3), || exists(&fx.ws("second-started")));
+    write(&fx.ws("second-started"), "");
+    let first = first.wait();
+    first.assert_probe_ran();
+    let second = second.wait();
+    let _ = host_git(&fx.ws, &fx.home, &["status", "--short"]);
+    assert_absent(
+        &pwned,
+        "an older directory renamed to .git by one call, put back by a second running at once",
+        &second,
+    );
+}
+
 /// Two calls at once in one repository. The first plants a `core.fsmonitor` in `.git/config`
 /// and in `.git/config.worktree` and waits until the second has started; the second waits
 /// until the first has ended (and put its paths back), then plants `config.worktree` again.

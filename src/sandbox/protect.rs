@@ -42,30 +42,11 @@ pub struct Snapshot {
     member: Option<shared_baseline::Member>,
     /// Said with the repairs: what the shared record could not cover.
     notes: Vec<String>,
-    /// For a call with nothing to protect: its presence among the calls running, held
-    /// until its supervisor is done (see [`shared_baseline::be_present`]).
-    presence: Option<std::fs::File>,
 }
-
-/// Set in a process that exits once it has run a call's after-call steps (the landlock
-/// supervisor): there a snapshot's hold on the running calls' lock is kept until the exit.
-/// Elsewhere (bwrap's steps, run by chitti, which may go on to other calls) it goes with
-/// the snapshot.
-pub static ENDS_WITH_ITS_STEPS: std::sync::atomic::AtomicBool =
-    std::sync::atomic::AtomicBool::new(false);
 
 impl crate::sandbox::AfterCall for Snapshot {
     fn run(mut self: Box<Self>) -> Vec<String> {
-        // The call is counted among the running calls until its supervisor exits, after
-        // the steps that come after this one (the nested-repository check among them): a
-        // call starting in between would otherwise find none running (a review found the
-        // gap).
-        let presence = self.presence.take();
-        let lines = self.restore();
-        if ENDS_WITH_ITS_STEPS.load(std::sync::atomic::Ordering::Relaxed) {
-            std::mem::forget(presence);
-        }
-        lines
+        self.restore()
     }
 
     fn fds(&self) -> Vec<std::os::fd::RawFd> {
@@ -73,7 +54,6 @@ impl crate::sandbox::AfterCall for Snapshot {
             .iter()
             .filter_map(|e| e.pinned.as_ref().map(|fd| fd.as_raw_fd()))
             .chain(self.member.as_ref().map(|m| m.fd()))
-            .chain(self.presence.as_ref().map(|f| f.as_raw_fd()))
             .collect()
     }
 
@@ -81,6 +61,22 @@ impl crate::sandbox::AfterCall for Snapshot {
         if let Some(member) = &mut self.member {
             member.disarm();
         }
+    }
+}
+
+/// A call's presence among the running calls ([`shared_baseline::Presence`]): the last of
+/// its after-call steps, so that a call starting before the others are done (the
+/// nested-repository check among them) knows where this one's command may have written.
+#[derive(Debug)]
+pub struct Present(shared_baseline::Presence);
+
+impl crate::sandbox::AfterCall for Present {
+    fn run(self: Box<Self>) -> Vec<String> {
+        Vec::new()
+    }
+
+    fn fds(&self) -> Vec<std::os::fd::RawFd> {
+        vec![self.0.fd()]
     }
 }
 
@@ -111,28 +107,30 @@ impl Snapshot {
     /// (kept under `state_dir`, see [`shared_baseline`]). `guarded` are paths this call
     /// keeps unchanged by other means (bwrap's mounts): a running call's record of one is
     /// adopted, to be put back after this call too, but none is taken; a directory a
-    /// running call pinned must still be that directory.
+    /// running call pinned must still be that directory. `roots` are where this call's
+    /// command may write, kept for the calls that start while it runs.
+    ///
+    /// Also returns the call's presence among the running calls, which must be its last
+    /// after-call step: until then, calls that start see its roots (see `record`). A call
+    /// with nothing to protect is present all the same: its command may make a repository
+    /// at its root.
     pub fn take_shared(
         state_dir: &Path,
+        roots: &[PathBuf],
         pinned: &[PathBuf],
         protected: &[PathBuf],
         guarded: &[PathBuf],
-    ) -> Result<Snapshot, String> {
-        // A call with nothing to protect is counted among the calls running all the same:
-        // its command may make a repository at its root, and a call starting meanwhile
-        // must know that calls are running (see `record`).
+    ) -> Result<(Snapshot, Present), String> {
         if pinned.is_empty() && protected.is_empty() && guarded.is_empty() {
-            return Ok(Snapshot {
-                presence: Some(shared_baseline::be_present(state_dir)?),
-                ..Snapshot::default()
-            });
+            let presence = shared_baseline::be_present(state_dir, roots)?;
+            return Ok((Snapshot::default(), Present(presence)));
         }
-        let mut joining = shared_baseline::join(state_dir)?;
+        let mut joining = shared_baseline::join(state_dir, roots)?;
         let mut snapshot = Self::record(Some(&mut joining), pinned, protected, guarded)?;
-        snapshot.member = Some(joining.finish()?);
-        // Held past leaving the record, until the supervisor is done (see `run`).
-        snapshot.presence = Some(shared_baseline::be_present(state_dir)?);
-        Ok(snapshot)
+        let member = joining.finish()?;
+        let presence = member.presence()?;
+        snapshot.member = Some(member);
+        Ok((snapshot, Present(presence)))
     }
 
     /// `protected`: files and directories to put back as they are now, or to remove if
@@ -191,15 +189,13 @@ impl Snapshot {
                 }
                 Some(_) => return Err(replaced_by_running_call(path)),
                 None => {
-                    // A repository made while other calls run may be one of their commands'
-                    // (and hold its plants): its paths are not taken for the state to put
-                    // back. A review made one at the root with one call while a second
+                    // What lies where a running call's command may write may be its work
+                    // (and hold its plants): it is not taken for the state to put back. A
+                    // review made a repository at the root with one call while a second
                     // started, whose repairs then put back what the first call's check had
-                    // moved aside. (Where the filesystem keeps no birth time, it is taken.)
-                    if let Some(since) = shared.as_deref().and_then(|s| s.running_since()) {
-                        if born_since(path, since) {
-                            return Err(made_by_running_call(path));
-                        }
+                    // moved aside.
+                    if let Some(root) = running_call_may_write(&shared, path) {
+                        return Err(made_by_running_call(path, root));
                     }
                     if let Some(s) = shared.as_deref_mut() {
                         s.record(path, now.clone());
@@ -230,6 +226,13 @@ impl Snapshot {
                 }
                 None => {
                     let now = record_protected(&mut locator, path, &mut budget)?;
+                    // An absent path is safe to record: the repairs only remove what is
+                    // there after the call.
+                    if now != Before::Absent {
+                        if let Some(root) = running_call_may_write(&shared, path) {
+                            return Err(made_by_running_call(path, root));
+                        }
+                    }
                     if let Some(s) = shared.as_deref_mut() {
                         s.record(path, now.clone());
                     }
@@ -384,32 +387,26 @@ impl Snapshot {
     }
 }
 
-fn made_by_running_call(path: &Path) -> String {
-    format!(
-        "{} was made while another chitti call was running, whose command may have made \
-         it: chitti cannot take what it holds for the repository's own. Wait for the other \
-         call to end, check the repository, and run this one again",
-        path.display()
-    )
+/// The writable root of a call running now that `path` lies in, if any.
+fn running_call_may_write(
+    shared: &Option<&mut shared_baseline::Joining>,
+    path: &Path,
+) -> Option<PathBuf> {
+    shared
+        .as_deref()
+        .and_then(|s| s.may_be_written_by_running_call(path))
+        .map(Path::to_path_buf)
 }
 
-/// Whether `path` came into being at or after `since` (its birth time, which no process
-/// can set); false where the filesystem keeps none. (Asked of `statx` directly: Rust's
-/// standard library reports no birth time on musl.)
-fn born_since(path: &Path, since: std::time::SystemTime) -> bool {
-    use rustix::fs::{statx, AtFlags, StatxFlags, CWD};
-    let Ok(found) = statx(CWD, path, AtFlags::SYMLINK_NOFOLLOW, StatxFlags::BTIME) else {
-        return false;
-    };
-    if found.stx_mask & StatxFlags::BTIME.bits() == 0 {
-        return false;
-    }
-    let born = std::time::UNIX_EPOCH
-        + std::time::Duration::new(
-            found.stx_btime.tv_sec.max(0) as u64,
-            found.stx_btime.tv_nsec.min(999_999_999),
-        );
-    born >= since
+fn made_by_running_call(path: &Path, root: PathBuf) -> String {
+    format!(
+        "{} lies in {}, where the command of another chitti call running now may write: \
+         chitti cannot take what it holds for the repository's own, as it may be that \
+         command's work. Wait for the other call to end, check the repository, and run \
+         this one again",
+        path.display(),
+        root.display()
+    )
 }
 
 fn replaced_by_running_call(path: &Path) -> String {
@@ -857,6 +854,17 @@ fn walk_any(dir: &OwnedFd, rel: &Path, out: &mut Vec<PathBuf>, limit: usize) -> 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// [`Snapshot::take_shared`] for a call whose command writes nowhere another call
+    /// protects, present until its snapshot's repairs.
+    fn take_shared(
+        state: &Path,
+        pinned: &[PathBuf],
+        protected: &[PathBuf],
+        guarded: &[PathBuf],
+    ) -> Result<Snapshot, String> {
+        Snapshot::take_shared(state, &[], pinned, protected, guarded).map(|(snapshot, _)| snapshot)
+    }
     use std::os::unix::fs::PermissionsExt;
 
     #[test]
@@ -1052,12 +1060,12 @@ mod tests {
             git.join("config.worktree"),
         ];
         let pinned = [git.clone()];
-        let mut first = Snapshot::take_shared(state.path(), &pinned, &protected, &[]).unwrap();
+        let mut first = take_shared(state.path(), &pinned, &protected, &[]).unwrap();
         // The first command plants; then the second call starts.
         std::fs::write(git.join("config"), "[core]\nfsmonitor = evil\n").unwrap();
         std::fs::write(git.join("hooks/post-checkout"), "evil").unwrap();
         std::fs::write(git.join("config.worktree"), "[core]\nfsmonitor = evil\n").unwrap();
-        let mut second = Snapshot::take_shared(state.path(), &pinned, &protected, &[]).unwrap();
+        let mut second = take_shared(state.path(), &pinned, &protected, &[]).unwrap();
         assert!(!first.restore().is_empty());
         // The second command plants the absent file again.
         std::fs::write(git.join("config.worktree"), "[core]\nfsmonitor = evil\n").unwrap();
@@ -1076,45 +1084,66 @@ mod tests {
         );
         // Alone again, a call records what is there now.
         std::fs::write(git.join("config"), "[core]\n\tbare = false\n").unwrap();
-        let mut third = Snapshot::take_shared(state.path(), &pinned, &protected, &[]).unwrap();
+        let mut third = take_shared(state.path(), &pinned, &protected, &[]).unwrap();
         assert!(third.restore().is_empty());
     }
 
-    /// A repository made while another call runs (by that call's command, perhaps, with
-    /// its plants in it) is not taken for the one to put back by a call that starts then.
+    /// A repository made where a running call's command may write (by that command,
+    /// perhaps, with its plants in it) is not taken for the one to put back by a call that
+    /// starts then, however old the directory that became it: a review renamed an older
+    /// directory to `.git`, whose birth time the check before this one trusted.
     #[test]
-    fn a_repository_made_while_another_call_runs_refuses_the_next_call() {
+    fn a_repository_made_where_a_running_call_writes_refuses_the_next_call() {
         let state = tempfile::tempdir().unwrap();
         let ws = tempfile::tempdir().unwrap();
         let git = ws.path().join(".git");
-        let probe = ws.path().join("probe");
-        std::fs::write(&probe, "").unwrap();
-        if !born_since(&probe, std::time::UNIX_EPOCH) {
-            // Not a security test's skip: the rule needs birth times, and says so above.
-            eprintln!("SKIP: this filesystem keeps no birth times");
-            return;
-        }
-        let other = ws.path().join("other");
-        std::fs::write(&other, "").unwrap();
-        let mut first =
-            Snapshot::take_shared(state.path(), &[], std::slice::from_ref(&other), &[]).unwrap();
-        std::fs::create_dir_all(git.join("hooks")).unwrap();
-        std::fs::write(git.join("config"), "[core]\n\tfsmonitor = evil\n").unwrap();
+        let older = ws.path().join("older");
+        std::fs::create_dir_all(older.join("hooks")).unwrap();
+        let roots = [ws.path().to_path_buf()];
+        let (first, present) = Snapshot::take_shared(state.path(), &roots, &[], &[], &[]).unwrap();
+        assert!(first.is_empty(), "a workspace with nothing to protect");
+        std::fs::write(older.join("config"), "[core]\n\tfsmonitor = evil\n").unwrap();
+        std::fs::rename(&older, &git).unwrap();
         let protected = [git.join("config"), git.join("hooks")];
         let pinned = [git.clone()];
-        let err = Snapshot::take_shared(state.path(), &pinned, &protected, &[]).unwrap_err();
+        let err = Snapshot::take_shared(state.path(), &roots, &pinned, &protected, &[])
+            .err()
+            .unwrap();
         assert!(
-            err.contains("was made while another chitti call was running"),
+            err.contains("where the command of another chitti call running now may write"),
             "{err}"
         );
-        first.restore();
-        // Its supervisor exits: it counted among the running calls until then.
-        drop(first);
-        // Alone, a call takes the repository as it finds it. (A child another test forks
-        // meanwhile holds a copy of every descriptor of this process, the lock's among them,
-        // until it exits: looked at again for a while.)
+        // So is a protected file that appeared where a running call writes.
+        let err = Snapshot::take_shared(state.path(), &roots, &[], &protected, &[])
+            .err()
+            .unwrap();
+        assert!(
+            err.contains(&git.join("config").display().to_string()),
+            "{err}"
+        );
+        // Not where the running call cannot write, nor what is absent (the repairs only
+        // remove what appears).
+        let elsewhere = tempfile::tempdir().unwrap();
+        let theirs = elsewhere.path().join("config");
+        std::fs::write(&theirs, "[core]\n").unwrap();
+        let absent = ws.path().join("absent");
+        let (beside, beside_present) = Snapshot::take_shared(
+            state.path(),
+            &[elsewhere.path().to_path_buf()],
+            &[],
+            &[theirs, absent],
+            &[],
+        )
+        .unwrap();
+        drop((beside, beside_present));
+        // Its last step done, the first call is gone: a call alone takes the repository as
+        // it finds it. (A child another test forks meanwhile holds a copy of every
+        // descriptor of this process, the lock's among them, until it exits: looked at
+        // again for a while.)
+        crate::sandbox::AfterCall::run(Box::new(first));
+        crate::sandbox::AfterCall::run(Box::new(present));
         let alone = (0..500).any(|_| {
-            let taken = Snapshot::take_shared(state.path(), &pinned, &protected, &[]);
+            let taken = Snapshot::take_shared(state.path(), &roots, &pinned, &protected, &[]);
             taken.is_ok() || {
                 std::thread::sleep(std::time::Duration::from_millis(20));
                 false
@@ -1123,31 +1152,43 @@ mod tests {
         assert!(alone, "a call alone was refused");
     }
 
-    /// In a supervisor, a call counts among the running calls until the process exits,
-    /// not only until its repairs are done: the nested-repository check comes after them,
-    /// and a call starting in between found none running (a review saw the gap).
+    /// A call is present until its last after-call step, not only until its repairs: the
+    /// nested-repository check comes after them, and a call starting in between found none
+    /// running (a review saw the gap, on both backends).
     #[test]
-    fn a_supervisor_counts_as_running_until_it_exits() {
+    fn a_call_is_present_until_its_last_step() {
         let state = tempfile::tempdir().unwrap();
         let ws = tempfile::tempdir().unwrap();
         let config = ws.path().join("config");
         std::fs::write(&config, "[core]\n").unwrap();
-        let status = crate::in_a_child(
-            || true,
-            || {
-                ENDS_WITH_ITS_STEPS.store(true, std::sync::atomic::Ordering::Relaxed);
-                let snapshot =
-                    Snapshot::take_shared(state.path(), &[], std::slice::from_ref(&config), &[])
-                        .unwrap();
-                let repairs = crate::sandbox::AfterCall::run(Box::new(snapshot));
-                let later = shared_baseline::join(state.path()).unwrap();
-                repairs.is_empty() && later.running_since().is_some()
-            },
-        );
+        let roots = [ws.path().to_path_buf()];
+        let (snapshot, present) = Snapshot::take_shared(
+            state.path(),
+            &roots,
+            &[],
+            std::slice::from_ref(&config),
+            &[],
+        )
+        .unwrap();
+        let repairs = crate::sandbox::AfterCall::run(Box::new(snapshot));
+        assert!(repairs.is_empty(), "{repairs:?}");
+        let later = shared_baseline::join(state.path(), &[]).unwrap();
         assert_eq!(
-            status, 0,
+            later.may_be_written_by_running_call(&config),
+            Some(ws.path()),
             "a call starting after the repairs found none running"
         );
+        drop(later);
+        crate::sandbox::AfterCall::run(Box::new(present));
+        let until_gone = (0..500).any(|_| {
+            let later = shared_baseline::join(state.path(), &[]).unwrap();
+            later.may_be_written_by_running_call(&config).is_none() || {
+                drop(later);
+                std::thread::sleep(std::time::Duration::from_millis(20));
+                false
+            }
+        });
+        assert!(until_gone, "a call was still present after its last step");
     }
 
     #[test]
@@ -1157,17 +1198,17 @@ mod tests {
         let git = ws.path().join(".git");
         std::fs::create_dir_all(git.join("hooks")).unwrap();
         let pinned = [git.clone()];
-        let mut first = Snapshot::take_shared(state.path(), &pinned, &[], &[]).unwrap();
+        let mut first = take_shared(state.path(), &pinned, &[], &[]).unwrap();
         std::fs::rename(&git, ws.path().join("moved")).unwrap();
         std::fs::create_dir(&git).unwrap();
-        let err = Snapshot::take_shared(state.path(), &pinned, &[], &[]).unwrap_err();
+        let err = take_shared(state.path(), &pinned, &[], &[]).unwrap_err();
         assert!(
             err.contains("was replaced by the command of a call still running"),
             "{err}"
         );
         assert!(err.contains("Run this call again then"), "{err}");
         // bwrap, which binds it by path, refuses too.
-        let err = Snapshot::take_shared(state.path(), &[], &[], &pinned).unwrap_err();
+        let err = take_shared(state.path(), &[], &[], &pinned).unwrap_err();
         assert!(
             err.contains("was replaced by the command of a call still running"),
             "{err}"
@@ -1177,8 +1218,8 @@ mod tests {
             !ws.path().join("moved").exists(),
             "the first call put it back"
         );
-        assert!(Snapshot::take_shared(state.path(), &pinned, &[], &[]).is_ok());
-        assert!(Snapshot::take_shared(state.path(), &[], &[], &pinned).is_ok());
+        assert!(take_shared(state.path(), &pinned, &[], &[]).is_ok());
+        assert!(take_shared(state.path(), &[], &[], &pinned).is_ok());
     }
 
     /// A host edit made between two calls in a repository is kept, even while a call in
@@ -1191,14 +1232,12 @@ mod tests {
         std::fs::write(&other, "other\n").unwrap();
         let config = ws.path().join("config");
         std::fs::write(&config, "[core]\n").unwrap();
-        let mut long =
-            Snapshot::take_shared(state.path(), &[], std::slice::from_ref(&other), &[]).unwrap();
-        let mut first =
-            Snapshot::take_shared(state.path(), &[], std::slice::from_ref(&config), &[]).unwrap();
+        let mut long = take_shared(state.path(), &[], std::slice::from_ref(&other), &[]).unwrap();
+        let mut first = take_shared(state.path(), &[], std::slice::from_ref(&config), &[]).unwrap();
         assert!(first.restore().is_empty());
         std::fs::write(&config, "[core]\n[remote \"origin\"]\n").unwrap(); // the user
         let mut second =
-            Snapshot::take_shared(state.path(), &[], std::slice::from_ref(&config), &[]).unwrap();
+            take_shared(state.path(), &[], std::slice::from_ref(&config), &[]).unwrap();
         let repairs = second.restore();
         assert!(repairs.is_empty(), "{repairs:?}");
         assert_eq!(
@@ -1219,13 +1258,13 @@ mod tests {
         std::fs::create_dir_all(git.join("hooks")).unwrap();
         std::fs::write(git.join("config"), "[core]\n").unwrap();
         let protected = [git.join("config"), git.join("hooks")];
-        let mut crashed = Snapshot::take_shared(state.path(), &[], &protected, &[]).unwrap();
+        let mut crashed = take_shared(state.path(), &[], &protected, &[]).unwrap();
         crate::sandbox::AfterCall::disarm(&mut crashed);
         drop(crashed); // its supervisor was killed
                        // Later, on the host: the user's own edits.
         std::fs::write(git.join("config"), "[core]\n[remote \"origin\"]\n").unwrap();
         std::fs::write(git.join("hooks/pre-push"), "#!/bin/sh\n").unwrap();
-        let mut next = Snapshot::take_shared(state.path(), &[], &protected, &[]).unwrap();
+        let mut next = take_shared(state.path(), &[], &protected, &[]).unwrap();
         let said = next.restore();
         assert_eq!(
             std::fs::read_to_string(git.join("config")).unwrap(),
@@ -1292,7 +1331,7 @@ mod tests {
         let clean = format!("[core]\n{}", "\t# the user's own settings\n".repeat(20));
         std::fs::write(&config, &clean).unwrap();
         let protected = [config.clone(), git.join("hooks")];
-        let mut call = Snapshot::take_shared(state.path(), &[], &protected, &[]).unwrap();
+        let mut call = take_shared(state.path(), &[], &protected, &[]).unwrap();
         std::fs::write(&config, "[core]\n\tfsmonitor = evil\n").unwrap(); // the command
         let code = crate::in_a_child(
             || unsafe {
@@ -1311,7 +1350,7 @@ mod tests {
         // This process's copy of the call: as if killed (the child left for it).
         crate::sandbox::AfterCall::disarm(&mut call);
         drop(call);
-        let mut next = Snapshot::take_shared(state.path(), &[], &protected, &[]).unwrap();
+        let mut next = take_shared(state.path(), &[], &protected, &[]).unwrap();
         let said = next.restore();
         assert_eq!(std::fs::read_to_string(&config).unwrap(), clean, "{said:?}");
     }
@@ -1327,16 +1366,16 @@ mod tests {
         std::fs::create_dir_all(&git).unwrap();
         std::fs::write(git.join("config"), "old clone\n").unwrap();
         let (pinned, protected) = ([git.clone()], [git.join("config")]);
-        let mut crashed = Snapshot::take_shared(state.path(), &pinned, &protected, &[]).unwrap();
+        let mut crashed = take_shared(state.path(), &pinned, &protected, &[]).unwrap();
         crate::sandbox::AfterCall::disarm(&mut crashed);
         drop(crashed); // its supervisor was killed: its descriptors closed, nothing else
                        // Moved away rather than removed, so that the new directory cannot reuse its inode.
         std::fs::rename(&git, ws.path().join("old")).unwrap();
         std::fs::create_dir_all(&git).unwrap();
         std::fs::write(git.join("config"), "new clone\n").unwrap();
-        let mut next = Snapshot::take_shared(state.path(), &pinned, &protected, &[]).unwrap();
+        let mut next = take_shared(state.path(), &pinned, &protected, &[]).unwrap();
         // A call starting meanwhile is not told a running call replaced it.
-        let mut meanwhile = Snapshot::take_shared(state.path(), &pinned, &protected, &[]).unwrap();
+        let mut meanwhile = take_shared(state.path(), &pinned, &protected, &[]).unwrap();
         let said = next.restore();
         assert!(
             said.iter()
@@ -1364,13 +1403,12 @@ mod tests {
         let config = ws.path().join("config");
         std::fs::write(&config, "[core]\n").unwrap();
         let mut first =
-            Snapshot::take_shared(state.path(), &[], std::slice::from_ref(&planted), &[]).unwrap();
+            take_shared(state.path(), &[], std::slice::from_ref(&planted), &[]).unwrap();
         std::fs::write(&planted, "evil").unwrap();
         // The bwrap call plans the planted file as read-only: it exists now.
         let mut second =
-            Snapshot::take_shared(state.path(), &[], &[], &[planted.clone(), config.clone()])
-                .unwrap();
-        let third = shared_baseline::join(state.path()).unwrap();
+            take_shared(state.path(), &[], &[], &[planted.clone(), config.clone()]).unwrap();
+        let third = shared_baseline::join(state.path(), &[]).unwrap();
         assert!(
             third.recorded(&config).is_none(),
             "a guarded path is not recorded for others"

@@ -110,9 +110,8 @@ pub struct Joining {
     /// The paths whose records this call uses.
     mine: BTreeSet<PathBuf>,
     changed: bool,
-    /// When the calls running now began (the first of them, which joined alone); `None`
-    /// when this call is that first one.
-    running_since: Option<std::time::SystemTime>,
+    /// The writable roots of the other calls running now.
+    running_roots: Vec<PathBuf>,
 }
 
 /// A call that has joined: it leaves once its repairs are done.
@@ -310,36 +309,149 @@ fn lock_byte(
     }
 }
 
-/// Counts this call among the calls running now, for a call that records nothing: the
-/// returned open of the lock file holds the running byte shared until it is closed (by
-/// this process and its supervisor), and marks when the calls running began if it is the
-/// first. Calls that start meanwhile see that calls are running (see
-/// [`Joining::running_since`]).
-pub fn be_present(state_dir: &Path) -> Result<std::fs::File, String> {
+/// A running call's hold on the store: an open of the lock file holding the running byte
+/// shared and a presence byte of its own, beside which its writable roots are kept (see
+/// [`enter`]). Closing every copy of it (chitti's and its supervisor's) ends the call's
+/// presence; nothing unlocks it explicitly, as the copies share the locks.
+#[derive(Debug)]
+pub struct Presence {
+    file: std::fs::File,
+}
+
+impl Presence {
+    pub fn fd(&self) -> RawFd {
+        self.file.as_raw_fd()
+    }
+}
+
+/// Counts this call among the calls running now, for a call that records nothing, with
+/// the roots its command may write: calls that start while it runs see them (see
+/// [`Joining::may_be_written_by_running_call`]).
+pub fn be_present(state_dir: &Path, roots: &[PathBuf]) -> Result<Presence, String> {
     let dir = state_dir.join("protect");
     let present = (|| {
         let file = open_locks(&dir)?;
         lock_byte(&file, STEP, libc::F_WRLCK, Some(PATIENCE))?;
-        if lock_byte(&file, RUNNING, libc::F_WRLCK, None)?
-            && unsafe { libc::futimens(file.as_raw_fd(), std::ptr::null()) } != 0
-        {
-            return Err(std::io::Error::last_os_error());
-        }
         lock_byte(&file, RUNNING, libc::F_RDLCK, Some(PATIENCE))?;
+        let entered = enter(&file, roots)?;
         lock_byte(&file, STEP, libc::F_UNLCK, None)?;
-        Ok(file)
+        Ok(entered.then_some(Presence { file }))
     })();
-    present.map_err(|e| store_error(&dir, "use the record", e))
+    match present.map_err(|e| store_error(&dir, "use the record", e))? {
+        Some(presence) => Ok(presence),
+        None => Err(too_many_calls(state_dir)),
+    }
+}
+
+fn too_many_calls(state_dir: &Path) -> String {
+    format!(
+        "more than {SLOTS} chitti calls are running at once with the state directory {}; \
+         wait for some of them to end",
+        state_dir.display()
+    )
+}
+
+/// The first of the bytes a running call holds from its first step to its last (after
+/// its repairs and its nested-repository check), one per call: whether the roots kept
+/// for that byte are a running call's.
+const PRESENT: i64 = 2 + SLOTS as i64;
+/// Where in the lock file the roots of the call holding presence byte `n` are kept:
+/// `ROOTS_AT + n * ROOTS_SPAN`, a length (four bytes) and the paths, each ended by NUL.
+const ROOTS_AT: u64 = 4096;
+const ROOTS_SPAN: u64 = 64 * 1024;
+
+/// With STEP held: takes a free presence byte for this open of the lock file and keeps
+/// `roots` beside it. False when every byte is taken.
+fn enter(file: &std::fs::File, roots: &[PathBuf]) -> std::io::Result<bool> {
+    let Some(n) = (0..SLOTS)
+        .map(|n| lock_byte(file, PRESENT + i64::from(n), libc::F_WRLCK, None).map(|ok| (n, ok)))
+        .find(|taken| !matches!(taken, Ok((_, false))))
+        .transpose()?
+        .map(|(n, _)| n)
+    else {
+        return Ok(false);
+    };
+    let mut listed: Vec<u8> = Vec::new();
+    for root in roots {
+        listed.extend_from_slice(root.as_os_str().as_bytes());
+        listed.push(0);
+    }
+    if listed.len() as u64 > ROOTS_SPAN - 4 {
+        // Too many to keep: the whole filesystem stands for them (later calls are then
+        // stricter than they need be, never less strict).
+        listed = b"/\0".to_vec();
+    }
+    let mut kept = (listed.len() as u32).to_le_bytes().to_vec();
+    kept.extend_from_slice(&listed);
+    file.write_all_at(&kept, ROOTS_AT + u64::from(n) * ROOTS_SPAN)?;
+    Ok(true)
+}
+
+/// With STEP held: the writable roots of the calls running now but this open's own
+/// (whose presence byte another open holds).
+fn running_roots(file: &std::fs::File) -> std::io::Result<Vec<PathBuf>> {
+    let mut held = Vec::new();
+    held_bytes(file, PRESENT, PRESENT + i64::from(SLOTS), &mut held)?;
+    let mut roots = Vec::new();
+    for byte in held {
+        let at = ROOTS_AT + (byte - PRESENT) as u64 * ROOTS_SPAN;
+        let mut len = [0u8; 4];
+        file.read_exact_at(&mut len, at)?;
+        let len = u64::from(u32::from_le_bytes(len)).min(ROOTS_SPAN - 4);
+        let mut listed = vec![0u8; len as usize];
+        file.read_exact_at(&mut listed, at + 4)?;
+        roots.extend(
+            listed
+                .split(|&b| b == 0)
+                .filter(|root| !root.is_empty())
+                .map(|root| PathBuf::from(OsString::from_vec(root.to_vec()))),
+        );
+    }
+    Ok(roots)
+}
+
+/// The bytes in `from..to` that another open of the file holds (`F_OFD_GETLK` names one
+/// holder at a time, not always the first: the rest of the range is asked on both sides).
+fn held_bytes(
+    file: &std::fs::File,
+    from: i64,
+    to: i64,
+    held: &mut Vec<i64>,
+) -> std::io::Result<()> {
+    if from >= to {
+        return Ok(());
+    }
+    let mut lock: libc::flock = unsafe { std::mem::zeroed() };
+    lock.l_type = libc::F_WRLCK as libc::c_short;
+    lock.l_whence = libc::SEEK_SET as libc::c_short;
+    lock.l_start = from;
+    lock.l_len = to - from;
+    if unsafe { libc::fcntl(file.as_raw_fd(), libc::F_OFD_GETLK, &mut lock) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    if lock.l_type == libc::F_UNLCK as libc::c_short {
+        return Ok(());
+    }
+    // A holder's lock is one byte; a longer one (chitti writes none) counts whole.
+    let start = lock.l_start.max(from);
+    let end = if lock.l_len == 0 {
+        to
+    } else {
+        (lock.l_start + lock.l_len).min(to)
+    };
+    held_bytes(file, from, start, held)?;
+    held.extend(start..end);
+    held_bytes(file, end, to, held)
 }
 
 /// Joins the calls running now in the store under `state_dir`: until [`Joining::finish`],
 /// no other call joins or leaves.
-pub fn join(state_dir: &Path) -> Result<Joining, String> {
-    join_within(state_dir, PATIENCE)
+pub fn join(state_dir: &Path, roots: &[PathBuf]) -> Result<Joining, String> {
+    join_within(state_dir, roots, PATIENCE)
 }
 
 /// [`join`], waiting at most `patience` for a call joining or leaving now.
-fn join_within(state_dir: &Path, patience: Duration) -> Result<Joining, String> {
+fn join_within(state_dir: &Path, roots: &[PathBuf], patience: Duration) -> Result<Joining, String> {
     let dir = state_dir.join("protect");
     let locked = (|| {
         let file = open_locks(&dir)?;
@@ -348,21 +460,20 @@ fn join_within(state_dir: &Path, patience: Duration) -> Result<Joining, String> 
         // Atomic for these locks: from exclusive (alone) to shared, or shared at once (no
         // other open holds the byte exclusively without holding STEP, which this one does).
         lock_byte(&file, RUNNING, libc::F_RDLCK, Some(patience))?;
-        // The first call of a group marks when the group began, on the lock file's mtime
-        // (one system call); a call joining a running group reads it.
-        let running_since = if alone {
-            if unsafe { libc::futimens(file.as_raw_fd(), std::ptr::null()) } != 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-            None
+        if !enter(&file, roots)? {
+            return Ok(None);
+        }
+        let running_roots = if alone {
+            Vec::new()
         } else {
-            Some(file.metadata()?.modified()?)
+            running_roots(&file)?
         };
         let stored = read_record(&dir)?;
-        Ok::<_, std::io::Error>((file, alone, stored, running_since))
+        Ok::<_, std::io::Error>(Some((file, alone, stored, running_roots)))
     })();
-    let (file, alone, stored, running_since) =
-        locked.map_err(|e| store_error(&dir, "use the record", e))?;
+    let (file, alone, stored, running_roots) = locked
+        .map_err(|e| store_error(&dir, "use the record", e))?
+        .ok_or_else(|| too_many_calls(state_dir))?;
     let mut records = parse(&dir, &stored)?;
     // Calls named by a record that no longer run: alone, none runs.
     let live = if alone {
@@ -387,13 +498,7 @@ fn join_within(state_dir: &Path, patience: Duration) -> Result<Joining, String> 
     let slot = match slot {
         Some(Ok(n)) => n,
         Some(Err(e)) => return Err(store_error(&dir, "use the record", e)),
-        None => {
-            return Err(format!(
-                "more than {SLOTS} chitti calls are running at once with the state directory \
-                 {}; wait for some of them to end",
-                state_dir.display()
-            ))
-        }
+        None => return Err(too_many_calls(state_dir)),
     };
     Ok(Joining {
         dir,
@@ -403,7 +508,7 @@ fn join_within(state_dir: &Path, patience: Duration) -> Result<Joining, String> 
         bit: 1 << slot,
         mine: BTreeSet::new(),
         changed,
-        running_since,
+        running_roots,
     })
 }
 
@@ -468,10 +573,13 @@ impl Joining {
         self.records.get(path).map(|r| &r.before)
     }
 
-    /// When the calls running now began, if other calls are running: a path this call
-    /// records afresh that changed since then may hold what their commands planted.
-    pub fn running_since(&self) -> Option<std::time::SystemTime> {
-        self.running_since
+    /// Whether `path` lies in a writable root of another call running now: what this
+    /// call would record of it afresh may be what that call's command planted.
+    pub fn may_be_written_by_running_call(&self, path: &Path) -> Option<&Path> {
+        self.running_roots
+            .iter()
+            .find(|root| path.starts_with(root))
+            .map(PathBuf::as_path)
     }
 
     /// True when the record of `path` was left by calls that ended without their repairs,
@@ -542,6 +650,16 @@ impl Member {
         self.file.as_raw_fd()
     }
 
+    /// This call's presence among the running calls (the same open of the lock file),
+    /// to hold until its last step: leaving the record does not end it.
+    pub fn presence(&self) -> Result<Presence, String> {
+        let file = self
+            .file
+            .try_clone()
+            .map_err(|e| store_error(&self.dir, "use the record", e))?;
+        Ok(Presence { file })
+    }
+
     /// Dropped from now on, this copy does not leave (see `armed`).
     pub fn disarm(&mut self) {
         self.armed = false;
@@ -579,10 +697,10 @@ impl Member {
             Ok(_) => self.drop_own_records(),
             Err(e) => Err(store_error(&self.dir, "leave the record", e)),
         };
-        // Unlocked explicitly: a copy of the descriptor may live on in chitti.
+        // Unlocked explicitly: a copy of the descriptor may live on in chitti. The running
+        // and presence bytes stay, until the call's last step (see `Presence`).
         let slot = self.bit.trailing_zeros();
         let _ = lock_byte(file, slot_byte(slot), libc::F_UNLCK, None);
-        let _ = lock_byte(file, RUNNING, libc::F_UNLCK, None);
         let _ = lock_byte(file, STEP, libc::F_UNLCK, None);
         (done, left.err())
     }
@@ -593,6 +711,8 @@ impl Member {
         let file = &self.file;
         let trouble = |e: std::io::Error| store_error(&self.dir, "leave the record", e);
         let alone = lock_byte(file, RUNNING, libc::F_WRLCK, None).map_err(trouble)?;
+        // Back to shared at once: this call is present until its last step.
+        lock_byte(file, RUNNING, libc::F_RDLCK, None).map_err(trouble)?;
         if alone && self.only_mine {
             let mut header = [0u8; HEADER];
             let read = open_record(&self.dir, false)
@@ -775,7 +895,7 @@ mod tests {
 
     /// A call that has joined, recording what `path` held (`before`).
     fn recording(state: &Path, path: &Path, before: Before) -> Member {
-        let mut call = join(state).unwrap();
+        let mut call = join(state, &[]).unwrap();
         call.record(path, before);
         call.finish().unwrap()
     }
@@ -790,10 +910,10 @@ mod tests {
     fn a_call_that_ends_before_its_command_leaves_nothing_behind() {
         let state = tempfile::tempdir().unwrap();
         let config = Path::new("/repo/.git/config");
-        let mut failed = join(state.path()).unwrap();
+        let mut failed = join(state.path(), &[]).unwrap();
         failed.record(config, file("clean"));
         drop(failed.finish().unwrap()); // a set-up error: dropped, never handed over
-        let next = join(state.path()).unwrap();
+        let next = join(state.path(), &[]).unwrap();
         assert!(next.recorded(config).is_none());
         drop(next);
         assert!(!stored_records(state.path()));
@@ -810,12 +930,12 @@ mod tests {
     fn a_call_joining_while_another_runs_adopts_its_record() {
         let state = tempfile::tempdir().unwrap();
         let config = Path::new("/repo/.git/config");
-        let mut first = join(state.path()).unwrap();
+        let mut first = join(state.path(), &[]).unwrap();
         assert!(first.recorded(config).is_none());
         first.record(config, file("clean"));
         let first = first.finish().unwrap();
 
-        let mut second = join(state.path()).unwrap();
+        let mut second = join(state.path(), &[]).unwrap();
         assert_eq!(second.recorded(config), Some(&file("clean")));
         assert!(!second.left_over(config), "the first call is still running");
         second.adopt(config);
@@ -825,7 +945,7 @@ mod tests {
         let ((), trouble) = first.leave(|| ());
         assert!(trouble.is_none());
         assert!(stored_records(state.path()));
-        let mut third = join(state.path()).unwrap();
+        let mut third = join(state.path(), &[]).unwrap();
         assert_eq!(third.recorded(config), Some(&file("clean")));
         third.adopt(config);
         let third = third.finish().unwrap();
@@ -835,18 +955,18 @@ mod tests {
             !stored_records(state.path()),
             "the last call to leave clears the record"
         );
-        let mut fresh = join(state.path()).unwrap();
+        let mut fresh = join(state.path(), &[]).unwrap();
         assert!(fresh.recorded(config).is_none());
         // Alone, with the same record as the last call's: only the state byte is written.
         fresh.record(config, file("clean"));
         let fresh = fresh.finish().unwrap();
         assert!(stored_records(state.path()));
-        let again = join(state.path()).unwrap();
+        let again = join(state.path(), &[]).unwrap();
         assert_eq!(again.recorded(config), Some(&file("clean")));
         drop(again);
         let ((), _) = fresh.leave(|| ());
         let changed = recording(state.path(), config, file("edited since"));
-        let check = join(state.path()).unwrap();
+        let check = join(state.path(), &[]).unwrap();
         assert_eq!(check.recorded(config), Some(&file("edited since")));
         drop(check);
         drop(changed);
@@ -860,7 +980,7 @@ mod tests {
         // Its supervisor was killed: the lock goes with the descriptor, the record stays.
         killed(crashed);
 
-        let mut next = join(state.path()).unwrap();
+        let mut next = join(state.path(), &[]).unwrap();
         assert!(next.left_over(config));
         assert_eq!(next.recorded(config), Some(&file("clean")));
         next.adopt(config);
@@ -881,7 +1001,7 @@ mod tests {
         let ((), trouble) = short.leave(|| ());
         assert!(trouble.is_none(), "{trouble:?}");
         // The user edits r2's config on the host; the next call there must not undo it.
-        let later = join(state.path()).unwrap();
+        let later = join(state.path(), &[]).unwrap();
         assert!(later.recorded(two).is_none());
         assert_eq!(later.recorded(one), Some(&file("r1")));
         assert!(!later.left_over(one), "the long call still runs");
@@ -899,7 +1019,7 @@ mod tests {
         let running = recording(state.path(), two, file("r2"));
         let crashed = recording(state.path(), one, file("clean r1"));
         killed(crashed); // its slot's lock went with its descriptors
-        let elsewhere = join(state.path()).unwrap();
+        let elsewhere = join(state.path(), &[]).unwrap();
         assert!(elsewhere.left_over(one), "found while another call runs");
         assert!(!elsewhere.left_over(two));
         drop(elsewhere);
@@ -908,7 +1028,7 @@ mod tests {
         let alone = recording(state.path(), two, file("r2"));
         let ((), _) = alone.leave(|| ());
         assert!(stored_records(state.path()));
-        let mut in_one = join(state.path()).unwrap();
+        let mut in_one = join(state.path(), &[]).unwrap();
         assert!(in_one.left_over(one));
         assert_eq!(in_one.recorded(one), Some(&file("clean r1")));
         assert!(in_one.recorded(two).is_none());
@@ -924,12 +1044,12 @@ mod tests {
         let state = tempfile::tempdir().unwrap();
         let (mine, theirs) = (Path::new("/r1/.git/config"), Path::new("/r2/.git/config"));
         let first = recording(state.path(), mine, file("r1"));
-        let mut second = join(state.path()).unwrap();
+        let mut second = join(state.path(), &[]).unwrap();
         second.record(theirs, file("r2"));
         killed(second.finish().unwrap());
         let ((), trouble) = first.leave(|| ());
         assert!(trouble.is_none(), "{trouble:?}");
-        let next = join(state.path()).unwrap();
+        let next = join(state.path(), &[]).unwrap();
         assert!(next.recorded(mine).is_none());
         assert!(next.left_over(theirs));
     }
@@ -942,18 +1062,18 @@ mod tests {
         let state = tempfile::tempdir().unwrap();
         let path = Path::new("/r/.git/config.worktree");
         // Two earlier calls leave the file cleared with this very record, of slot 1, in place.
-        let beside = join(state.path()).unwrap().finish().unwrap(); // slot 0, records nothing
-        let mut earlier = join(state.path()).unwrap(); // slot 1
+        let beside = join(state.path(), &[]).unwrap().finish().unwrap(); // slot 0, records nothing
+        let mut earlier = join(state.path(), &[]).unwrap(); // slot 1
         earlier.record(path, Before::Absent);
         let ((), _) = earlier.finish().unwrap().leave(|| ());
         let ((), _) = beside.leave(|| ());
-        let first = join(state.path()).unwrap().finish().unwrap(); // slot 0, records nothing
-        let mut second = join(state.path()).unwrap(); // slot 1: the same record again
+        let first = join(state.path(), &[]).unwrap().finish().unwrap(); // slot 0, records nothing
+        let mut second = join(state.path(), &[]).unwrap(); // slot 1: the same record again
         second.record(path, Before::Absent);
         killed(second.finish().unwrap());
         let ((), trouble) = first.leave(|| ());
         assert!(trouble.is_none(), "{trouble:?}");
-        let next = join(state.path()).unwrap();
+        let next = join(state.path(), &[]).unwrap();
         assert!(next.left_over(path), "the killed call's record was cleared");
     }
 
@@ -972,18 +1092,89 @@ mod tests {
             &record[..record.len() / 2],
         )
         .unwrap();
-        let mut second = join(state.path()).unwrap();
+        let mut second = join(state.path(), &[]).unwrap();
         assert_eq!(second.recorded(config), Some(&file("clean")));
         second.adopt(config);
         second.record(Path::new("/r/.git/hooks"), Before::Absent);
         let second = second.finish().unwrap();
         let ((), trouble) = first.leave(|| ());
         assert!(trouble.is_none(), "{trouble:?}");
-        let third = join(state.path()).unwrap();
+        let third = join(state.path(), &[]).unwrap();
         assert_eq!(third.recorded(config), Some(&file("clean")));
         drop(third);
         let ((), _) = second.leave(|| ());
         assert!(!stored_records(state.path()));
+    }
+
+    /// The roots a call joining sees: those of every other call present, whichever
+    /// order they came and went in, and only while they are present.
+    #[test]
+    fn a_call_sees_the_roots_of_every_call_present_and_only_those() {
+        let state = tempfile::tempdir().unwrap();
+        let roots = |names: &[&str]| -> Vec<PathBuf> { names.iter().map(PathBuf::from).collect() };
+        let seen = |joining: &Joining| -> Vec<&str> {
+            ["/a/x", "/b/y", "/c", "/d/z", "/e"]
+                .into_iter()
+                .filter(|p| {
+                    joining
+                        .may_be_written_by_running_call(Path::new(p))
+                        .is_some()
+                })
+                .collect()
+        };
+        let first = be_present(state.path(), &roots(&["/a", "/b"])).unwrap();
+        let member = join(state.path(), &roots(&["/c"]))
+            .unwrap()
+            .finish()
+            .unwrap();
+        let second = member.presence().unwrap();
+        // Leaving the record does not end the presence.
+        let ((), trouble) = member.leave(|| ());
+        assert!(trouble.is_none(), "{trouble:?}");
+        let third = be_present(state.path(), &roots(&["/d"])).unwrap();
+        let joining = join(state.path(), &roots(&["/e"])).unwrap();
+        assert_eq!(seen(&joining), ["/a/x", "/b/y", "/c", "/d/z"]);
+        assert_eq!(
+            joining.may_be_written_by_running_call(Path::new("/ab")),
+            None
+        );
+        drop(joining);
+        // A presence goes with the last copy of its open: the middle one first.
+        drop(second);
+        let joining = join(state.path(), &[]).unwrap();
+        assert_eq!(seen(&joining), ["/a/x", "/b/y", "/d/z"]);
+        drop(joining);
+        drop(first);
+        let joining = join(state.path(), &[]).unwrap();
+        assert_eq!(seen(&joining), ["/d/z"]);
+        drop((joining, third));
+        // Roots too many to keep stand for the whole filesystem.
+        let many: Vec<PathBuf> = (0..20_000)
+            .map(|n| PathBuf::from(format!("/many/{n}")))
+            .collect();
+        let _many = be_present(state.path(), &many).unwrap();
+        let joining = join(state.path(), &[]).unwrap();
+        assert_eq!(seen(&joining), ["/a/x", "/b/y", "/c", "/d/z", "/e"]);
+    }
+
+    #[test]
+    fn more_calls_present_than_slots_are_refused_with_what_to_do() {
+        let state = tempfile::tempdir().unwrap();
+        let present: Vec<Presence> = (0..SLOTS)
+            .map(|_| be_present(state.path(), &[]).unwrap())
+            .collect();
+        let err = be_present(state.path(), &[]).err().unwrap();
+        assert!(
+            err.contains("more than 64 chitti calls are running at once"),
+            "{err}"
+        );
+        let err = join(state.path(), &[]).err().unwrap();
+        assert!(
+            err.contains("more than 64 chitti calls are running at once"),
+            "{err}"
+        );
+        drop(present);
+        assert!(be_present(state.path(), &[]).is_ok());
     }
 
     #[test]
@@ -991,17 +1182,17 @@ mod tests {
         let state = tempfile::tempdir().unwrap();
         let mut running = Vec::new();
         for n in 0..SLOTS {
-            let mut call = join(state.path()).unwrap();
+            let mut call = join(state.path(), &[]).unwrap();
             call.record(&Path::new("/r").join(n.to_string()), file("x"));
             running.push(call.finish().unwrap());
         }
-        let err = join(state.path()).err().unwrap();
+        let err = join(state.path(), &[]).err().unwrap();
         assert!(
             err.contains("more than 64 chitti calls are running at once"),
             "{err}"
         );
         let ((), _) = running.pop().unwrap().leave(|| ());
-        let mut call = join(state.path()).unwrap();
+        let mut call = join(state.path(), &[]).unwrap();
         assert!(call.recorded(Path::new("/r/63")).is_none());
         assert!(!call.left_over(Path::new("/r/0")));
         call.record(Path::new("/r/63"), file("y"));
@@ -1041,12 +1232,12 @@ mod tests {
             file(""),
             Before::Absent,
         ];
-        let mut first = join(state.path()).unwrap();
+        let mut first = join(state.path(), &[]).unwrap();
         for (n, kind) in kinds.iter().enumerate() {
             first.record(&odd.join(n.to_string()), kind.clone());
         }
         let _running = first.finish().unwrap();
-        let second = join(state.path()).unwrap();
+        let second = join(state.path(), &[]).unwrap();
         for (n, kind) in kinds.iter().enumerate() {
             assert_eq!(second.recorded(&odd.join(n.to_string())), Some(kind));
         }
@@ -1064,7 +1255,7 @@ mod tests {
         old.extend_from_slice(path);
         old.push(3); // Absent
         std::fs::write(state.path().join("protect/record"), old).unwrap();
-        let call = join(state.path()).unwrap();
+        let call = join(state.path(), &[]).unwrap();
         let config = Path::new("/repo/.git/config");
         assert_eq!(call.recorded(config), Some(&Before::Absent));
         assert!(call.left_over(config));
@@ -1076,7 +1267,7 @@ mod tests {
         std::fs::create_dir(state.path().join("protect")).unwrap();
         let record = state.path().join("protect/record");
         std::fs::write(&record, b"A{not a record").unwrap();
-        let err = join(state.path()).err().unwrap();
+        let err = join(state.path(), &[]).err().unwrap();
         assert!(
             err.contains("protect/record is not a record chitti wrote"),
             "{err}"
@@ -1086,12 +1277,12 @@ mod tests {
             "{err}"
         );
         // Cut short.
-        let mut first = join(&state.path().join("other")).unwrap();
+        let mut first = join(&state.path().join("other"), &[]).unwrap();
         first.record(Path::new("/repo/.git/config"), file("clean"));
         let _running = first.finish().unwrap();
         let whole = std::fs::read(state.path().join("other/protect/record")).unwrap();
         std::fs::write(&record, &whole[..whole.len() - 1]).unwrap();
-        let err = join(state.path()).err().unwrap();
+        let err = join(state.path(), &[]).err().unwrap();
         assert!(err.contains("its records do not parse"), "{err}");
     }
 
@@ -1103,20 +1294,20 @@ mod tests {
         let record = state.path().join("protect/record");
         std::fs::write(&record, b"C").unwrap();
         std::fs::set_permissions(&record, std::fs::Permissions::from_mode(0o666)).unwrap();
-        let err = join(state.path()).err().unwrap();
+        let err = join(state.path(), &[]).err().unwrap();
         assert!(err.contains("only they may write"), "{err}");
         std::fs::remove_file(&record).unwrap();
         nix::unistd::mkfifo(&record, nix::sys::stat::Mode::S_IRWXU).unwrap();
-        let err = join(state.path()).err().unwrap();
+        let err = join(state.path(), &[]).err().unwrap();
         assert!(err.contains("is not a regular file"), "{err}");
     }
 
     #[test]
     fn a_call_stuck_in_its_join_is_reported_not_waited_for_forever() {
         let state = tempfile::tempdir().unwrap();
-        let stuck = join(state.path()).unwrap(); // joining, and stopped there
+        let stuck = join(state.path(), &[]).unwrap(); // joining, and stopped there
         let started = std::time::Instant::now();
-        let err = join_within(state.path(), Duration::from_millis(200))
+        let err = join_within(state.path(), &[], Duration::from_millis(200))
             .err()
             .unwrap();
         assert!(started.elapsed() < Duration::from_secs(5));
@@ -1126,14 +1317,14 @@ mod tests {
             "{err}"
         );
         drop(stuck);
-        assert!(join_within(state.path(), Duration::from_millis(200)).is_ok());
+        assert!(join_within(state.path(), &[], Duration::from_millis(200)).is_ok());
     }
 
     #[test]
     fn a_state_directory_that_cannot_be_made_refuses_with_what_to_do() {
         let state = tempfile::tempdir().unwrap();
         std::fs::write(state.path().join("file"), "").unwrap();
-        let err = join(&state.path().join("file/chitti")).err().unwrap();
+        let err = join(&state.path().join("file/chitti"), &[]).err().unwrap();
         assert!(err.contains("cannot use the record in"), "{err}");
         assert!(err.contains("set XDG_STATE_HOME or HOME"), "{err}");
     }

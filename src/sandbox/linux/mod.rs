@@ -140,8 +140,14 @@ pub(crate) fn prepare_bwrap(
     // them as absent before its command planted it, or pinned a directory its command
     // then replaced.
     let guarded = [&policy.read_only[..], &policy.pinned[..]].concat();
-    let absent = protect::Snapshot::take_shared(&policy.state_dir, &[], &policy.absent, &guarded)
-        .map_err(SandboxError::Unavailable)?;
+    let (absent, present) = protect::Snapshot::take_shared(
+        &policy.state_dir,
+        &policy.writable,
+        &[],
+        &policy.absent,
+        &guarded,
+    )
+    .map_err(SandboxError::Unavailable)?;
     // First the wait for the PID namespace to empty: bwrap exits before its init has
     // killed what the command left running, and a check made before that could be
     // undone by a process still alive.
@@ -153,6 +159,7 @@ pub(crate) fn prepare_bwrap(
         after.push(Box::new(absent));
     }
     after.extend(super::nested_repo_checks(policy));
+    after.push(Box::new(present));
     Ok(Prepared {
         backend: Backend::Bwrap,
         launch: Launch::Command {
@@ -354,11 +361,17 @@ fn prepare_supervised(
         // (the private TMPDIR above goes when `tmp` is dropped).
         super::create_missing_hooks(policy)?;
         let protected = [&policy.read_only[..], &policy.absent[..]].concat();
-        let snapshot =
-            protect::Snapshot::take_shared(&policy.state_dir, &policy.pinned, &protected, &[])
-                .map_err(SandboxError::Unavailable)?;
+        let (snapshot, present) = protect::Snapshot::take_shared(
+            &policy.state_dir,
+            &policy.writable,
+            &policy.pinned,
+            &protected,
+            &[],
+        )
+        .map_err(SandboxError::Unavailable)?;
         after.push(Box::new(snapshot));
         after.extend(super::nested_repo_checks(policy));
+        after.push(Box::new(present));
     }
     let rlimits = if sandboxed {
         Rlimits::from(&policy.limits)

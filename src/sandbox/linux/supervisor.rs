@@ -590,8 +590,6 @@ unsafe fn supervisor_main(
     keep: Keep,
     aftermath: Aftermath,
 ) -> ! {
-    // This process exits once its after-call steps are done (see `protect::Snapshot`).
-    crate::sandbox::protect::ENDS_WITH_ITS_STEPS.store(true, std::sync::atomic::Ordering::Relaxed);
     for (src, dst) in [(keep.stdin, 0), (keep.stdout, 1), (keep.stderr, 2)] {
         if let Some(src) = src {
             libc::dup2(src, dst);
