@@ -1234,6 +1234,58 @@ fn escape_git_root_repository_with_a_work_tree_elsewhere(backend: &str) {
     );
 }
 
+/// A submodule whose name has a slash keeps its git directory two levels down in
+/// `.git/modules`. The command plants a hook there and empties the submodule's folder,
+/// as if it had never been checked out: the host's `git submodule update` takes the git
+/// directory up again and runs the hook (a review found this).
+#[backends]
+fn escape_git_hook_in_a_submodule_git_directory_without_its_work_tree(backend: &str) {
+    let fx = Fixture::new();
+    fx.init_repo();
+    let upstream = fx.outside("upstream");
+    std::fs::create_dir_all(&upstream).unwrap();
+    for args in [
+        &["init", "-q", "-b", "main"][..],
+        &["commit", "-q", "--allow-empty", "-m", "lib"],
+    ] {
+        assert!(host_git(&upstream, &fx.home, args).status.success());
+    }
+    let url = upstream.to_str().unwrap();
+    fx.git(&[
+        "-c",
+        "protocol.file.allow=always",
+        "submodule",
+        "-q",
+        "add",
+        url,
+        "libs/foo",
+    ]);
+    fx.git(&["commit", "-q", "-m", "submodule"]);
+    let pwned = fx.outside("pwned-module-hook");
+    let ran = fx.chitti(backend).sh(&probe(&format!(
+        "m=.git/modules/libs/foo && printf '#!/bin/sh\\ntouch %s\\n' {p} > $m/hooks/post-checkout && \
+         chmod +x $m/hooks/post-checkout && rm -rf libs/foo && mkdir libs/foo",
+        p = sh_quote(&pwned)
+    )));
+    ran.assert_probe_ran();
+    let _ = host_git(
+        &fx.ws,
+        &fx.home,
+        &[
+            "-c",
+            "protocol.file.allow=always",
+            "submodule",
+            "-q",
+            "update",
+        ],
+    );
+    assert_absent(
+        &pwned,
+        "a hook in a submodule's git directory whose work tree was emptied",
+        &ran,
+    );
+}
+
 /// Two calls at once in a workspace that is no repository yet: the first makes one at the
 /// root with a `core.fsmonitor` and waits until the second has started; the second must
 /// not take that repository for the workspace's own and put its config back after the

@@ -249,6 +249,10 @@ enum Kind {
     Gitlink,
     /// Another linked worktree's git directory: git reads it when the user works there.
     Worktree,
+    /// A submodule's git directory under a repository's `modules` (at any depth: a
+    /// submodule's name may hold slashes), which `git submodule update` takes up whether
+    /// or not the submodule's work tree is there (a review emptied it, and planted there).
+    Module,
     /// The git directory git finds at a writable root itself (its `.git`, or the root as a
     /// bare repository): the host's git uses it in the workspace.
     Root,
@@ -491,24 +495,152 @@ impl NestedRepoGuard {
             self.gitlinks_of(work, git_dir, 0, true, &mut seen, &mut found, problems);
         }
         for (_, top) in &tops {
+            // A linked worktree's workspace shares the main work tree's index, which git
+            // reads there (a review staged a gitlink into it leading back into the root).
+            if top.git_dir != top.common_dir {
+                if let Some(main) = main_work_tree(&top.common_dir) {
+                    self.gitlinks_of(
+                        &main,
+                        &top.common_dir,
+                        0,
+                        true,
+                        &mut seen,
+                        &mut found,
+                        problems,
+                    );
+                }
+            }
             if let Ok(entries) = std::fs::read_dir(top.common_dir.join("worktrees")) {
                 for entry in entries.flatten() {
                     let Ok(dir) = canonicalize(&entry.path()) else {
                         continue;
                     };
-                    if dir.is_dir() && self.inside_roots(&dir) && seen.judged.insert(dir.clone()) {
+                    if !dir.is_dir() || !self.inside_roots(&dir) {
+                        continue;
+                    }
+                    if seen.judged.insert(dir.clone()) {
                         found.push(Found {
                             label: format!("worktree {}", dir.display()),
-                            git_dir: dir,
+                            git_dir: dir.clone(),
                             dot_git: None,
                             work_tree: None,
                             kind: Kind::Worktree,
                         });
                     }
+                    // Each worktree has an index of its own, whose gitlinks git enters
+                    // when the user works there.
+                    if let Some(work) = linked_work_tree(&dir) {
+                        self.gitlinks_of(&work, &dir, 0, true, &mut seen, &mut found, problems);
+                    }
                 }
             }
         }
+        // Every git directory met so far, and each found under their `modules` in turn.
+        let mut walk: Vec<(PathBuf, Option<PathBuf>)> = tops
+            .iter()
+            .flat_map(|(root, top)| {
+                [
+                    (top.git_dir.clone(), Some(root.to_path_buf())),
+                    (top.common_dir.clone(), Some(root.to_path_buf())),
+                ]
+            })
+            .collect();
+        let mut next = 0;
+        loop {
+            walk.extend(
+                found[next..]
+                    .iter()
+                    .map(|repo| (repo.git_dir.clone(), repo.work_tree.clone())),
+            );
+            next = found.len();
+            let Some((git_dir, work_tree)) = walk.pop() else {
+                break;
+            };
+            self.modules_of(
+                &git_dir,
+                work_tree.as_deref(),
+                &mut seen,
+                &mut found,
+                problems,
+            );
+        }
         found
+    }
+
+    /// The submodule git directories under `git_dir/modules`, at any depth (a name may
+    /// hold slashes; a directory that is no git directory is part of one). `work_tree`:
+    /// the repository's own, where its submodules' work trees lie.
+    fn modules_of(
+        &self,
+        git_dir: &Path,
+        work_tree: Option<&Path>,
+        seen: &mut Walked,
+        found: &mut Vec<Found>,
+        problems: &mut Vec<String>,
+    ) {
+        if !seen.modules_walked.insert(git_dir.to_path_buf()) {
+            return;
+        }
+        let mut dirs = vec![git_dir.join("modules")];
+        while let Some(dir) = dirs.pop() {
+            let entries = match std::fs::read_dir(&dir) {
+                Ok(entries) => entries,
+                Err(e) if nothing_there(&e) => continue,
+                Err(e) => {
+                    problems.push(format!(
+                        "submodule git directories in {} not checked: {e}",
+                        dir.display()
+                    ));
+                    continue;
+                }
+            };
+            for entry in entries.flatten() {
+                seen.module_entries += 1;
+                if seen.module_entries > MAX_FOLLOWED {
+                    if seen.module_entries == MAX_FOLLOWED + 1 {
+                        problems.push(format!(
+                            "more than {MAX_FOLLOWED} entries in submodule git directories' \
+                             names: the rest not checked"
+                        ));
+                    }
+                    return;
+                }
+                // Through symlinks, as git goes.
+                let Ok(path) = canonicalize(&entry.path()) else {
+                    continue;
+                };
+                if !path.is_dir() {
+                    continue;
+                }
+                if !is_git_dir(&path) {
+                    if seen.modules_walked.insert(path.clone()) {
+                        dirs.push(path);
+                    }
+                    continue;
+                }
+                if !seen.judged.insert(path.clone()) {
+                    continue;
+                }
+                if !self.inside_roots(&path) {
+                    if let Some(why) = could_run_code(&path, None) {
+                        problems.push(format!(
+                            "submodule git directory {}, named from {}, lies outside the \
+                             writable roots, where chitti moves nothing, and {why}",
+                            path.display(),
+                            dir.display()
+                        ));
+                    }
+                    continue;
+                }
+                found.push(Found {
+                    label: format!("submodule git directory {}", path.display()),
+                    work_tree: module_work_tree(&path, work_tree),
+                    git_dir: path,
+                    dot_git: None,
+                    kind: Kind::Module,
+                });
+            }
+        }
     }
 
     /// Follows the gitlinks of one repository's index, read from the work tree `work_dir`
@@ -589,7 +721,9 @@ impl NestedRepoGuard {
             // Outside every writable root chitti moves nothing, but the sandbox of a call
             // running beside this one may write there (its private TMPDIR): judged by what
             // it holds, and the call fails where that could run a program.
-            if !self.inside_roots(&sub_work) || !self.inside_roots(&sub_git) {
+            // A git directory inside the roots is judged (and moved aside) here, wherever
+            // its work tree is (a worktree's submodule outside the roots, say).
+            if !self.inside_roots(&sub_git) {
                 let dot_git = sub_work.join(".git");
                 if self.inside_roots(&sub_work) && self.changed(&dot_git) {
                     // Made or changed by this call, a `.git` leading outside the roots is
@@ -702,8 +836,13 @@ impl NestedRepoGuard {
             // it, so what it holds is judged as well.
             let why = match repo.kind {
                 Kind::Gitlink if is_new => Some("staged during the call".to_string()),
-                Kind::Gitlink if touched => Some("changed during the call".to_string()),
-                Kind::Gitlink => could_run_code(&repo.git_dir, repo.work_tree.as_deref()),
+                Kind::Module if is_new => Some("made during the call".to_string()),
+                Kind::Gitlink | Kind::Module if touched => {
+                    Some("changed during the call".to_string())
+                }
+                Kind::Gitlink | Kind::Module => {
+                    could_run_code(&repo.git_dir, repo.work_tree.as_deref())
+                }
                 Kind::Worktree if !is_new && touched => Some("changed during the call".into()),
                 Kind::Worktree => None,
                 // One the call made is judged like a gitlink's; so is, whatever its age, one
@@ -835,6 +974,10 @@ struct Walked {
     /// the top's git directory, another gitlink's, or one outside the roots), so a git
     /// directory serving two work trees is followed from each.
     followed: HashSet<(PathBuf, PathBuf)>,
+    /// Git directories whose `modules` were walked, and the directories walked there.
+    modules_walked: HashSet<PathBuf>,
+    /// Entries looked at under `modules` directories, against [`MAX_FOLLOWED`].
+    module_entries: usize,
 }
 
 /// A writable root's own repository.
@@ -1016,6 +1159,32 @@ fn common_dir(dir: &Path) -> Option<PathBuf> {
 
 /// Longer than any path the kernel resolves: a `commondir` this long names nothing.
 const COMMONDIR_MAX: u64 = 64 * 1024;
+
+/// The work tree of a repository whose common directory is `common_dir`: the directory
+/// holding it when it is a `.git` (a bare one has none).
+fn main_work_tree(common_dir: &Path) -> Option<PathBuf> {
+    (common_dir.file_name()? == ".git").then(|| common_dir.parent().map(Path::to_path_buf))?
+}
+
+/// The work tree of the linked worktree whose git directory is `admin_dir`, as its
+/// `gitdir` names it (the worktree's `.git` file).
+fn linked_work_tree(admin_dir: &Path) -> Option<PathBuf> {
+    let (_, text) = small_file(&admin_dir.join("gitdir"))?;
+    let text = text.strip_suffix(b"\n").unwrap_or(&text);
+    let dot_git = admin_dir.join(std::ffi::OsStr::from_bytes(text));
+    canonicalize(dot_git.parent()?).ok()
+}
+
+/// The work tree a submodule git directory's `core.worktree` names, when it lies within
+/// its repository's work tree (where the submodules are): the one its config may name.
+fn module_work_tree(git_dir: &Path, repository_work_tree: Option<&Path>) -> Option<PathBuf> {
+    let (_, text) = small_file(&git_dir.join("config"))?;
+    let Some(Some(value)) = super::git_config::value(&text, "core", "worktree") else {
+        return None;
+    };
+    let named = canonicalize(&git_dir.join(value)).ok()?;
+    (named.starts_with(repository_work_tree?)).then_some(named)
+}
 
 /// Whether git could take `dir` for a git directory (its `is_git_directory`): a `HEAD`, and
 /// `objects` and `refs` there or in the directory its `commondir` names. Wider than git's
@@ -2499,5 +2668,116 @@ mod tests {
         git(&ws, &["add", "sub"]);
         let repairs = Box::new(guard).run();
         assert!(!ws.join("sub/.git/config").exists(), "{repairs:?}");
+    }
+
+    /// A submodule added at `path` (named after it) from a repository of its own.
+    fn add_submodule(ws: &Path, path: &str) {
+        let upstream = ws
+            .parent()
+            .unwrap()
+            .join(format!("up-{}", path.replace('/', "-")));
+        std::fs::create_dir(&upstream).unwrap();
+        git(&upstream, &["init", "-q"]);
+        git(&upstream, &["commit", "-q", "--allow-empty", "-m", "u"]);
+        let url = upstream.to_str().unwrap();
+        git(
+            ws,
+            &[
+                "-c",
+                "protocol.file.allow=always",
+                "submodule",
+                "-q",
+                "add",
+                url,
+                path,
+            ],
+        );
+        git(ws, &["commit", "-q", "-m", "submodule"]);
+    }
+
+    /// `git submodule update` takes up a submodule's git directory under `modules` whether
+    /// or not its work tree holds it: one whose name has a slash (so that it lies two
+    /// levels down), changed during the call with its work tree emptied, and one made
+    /// during the call for a submodule never checked out, are judged like gitlinks (a
+    /// review planted in both). An old one that could run nothing is left alone.
+    #[test]
+    fn submodule_git_directories_are_judged_without_their_work_trees() {
+        let (_dir, ws) = workspace_repo();
+        add_submodule(&ws, "libs/foo");
+        add_submodule(&ws, "kept");
+        git(&ws, &["submodule", "deinit", "-q", "kept"]);
+        let guard = NestedRepoGuard::before(std::slice::from_ref(&ws));
+        let foo = ws.join(".git/modules/libs/foo");
+        std::fs::write(foo.join("hooks/post-checkout"), "#!/bin/sh\nevil\n").unwrap();
+        std::fs::remove_dir_all(ws.join("libs/foo")).unwrap();
+        std::fs::create_dir(ws.join("libs/foo")).unwrap();
+        let made = ws.join(".git/modules/never/checked/out");
+        std::fs::create_dir_all(&made).unwrap();
+        git(&made, &["init", "-q", "--bare"]);
+        let repairs = Box::new(guard).run();
+        assert!(!foo.join("hooks").exists(), "{repairs:?}");
+        assert!(!made.join("config").exists(), "{repairs:?}");
+        let kept = ws.join(".git/modules/kept");
+        assert!(kept.join("config").exists(), "{repairs:?}");
+        assert!(
+            !repairs.iter().any(|r| r.contains("modules/kept")),
+            "{repairs:?}"
+        );
+        assert!(
+            !repairs.iter().any(|r| super::super::is_unrepaired(r)),
+            "{repairs:?}"
+        );
+    }
+
+    /// Each linked worktree has an index and submodule git directories of its own, which
+    /// git uses when the user works there: a gitlink staged in another worktree's index
+    /// leading back into the workspace, and a worktree's submodule changed during the call
+    /// (a review did both).
+    #[test]
+    fn other_worktrees_indexes_and_submodules_are_checked() {
+        let (dir, ws) = workspace_repo();
+        add_submodule(&ws, "sub");
+        let other = dir.path().canonicalize().unwrap().join("other");
+        git(&ws, &["worktree", "add", "-q", other.to_str().unwrap()]);
+        git(
+            &other,
+            &[
+                "-c",
+                "protocol.file.allow=always",
+                "submodule",
+                "-q",
+                "update",
+                "--init",
+            ],
+        );
+        let admin = ws.join(".git/worktrees/other");
+        assert!(admin.join("modules/sub").is_dir());
+        let guard = NestedRepoGuard::before(std::slice::from_ref(&ws));
+        evil_repo(&ws.join("cache/evil"));
+        // Git refuses to stage such a path, but reads it from an index as it is.
+        std::fs::write(admin.join("index"), forged_index(&["../ws/cache/evil"])).unwrap();
+        git(
+            &admin.join("modules/sub"),
+            &["config", "core.fsmonitor", "evil"],
+        );
+        let repairs = Box::new(guard).run();
+        assert!(!ws.join("cache/evil/.git/config").exists(), "{repairs:?}");
+        assert!(!admin.join("modules/sub/config").exists(), "{repairs:?}");
+    }
+
+    /// A workspace that is a linked worktree shares the main work tree's index (in the
+    /// common git directory, which is writable): a gitlink staged there leading back into
+    /// the workspace is followed.
+    #[test]
+    fn the_main_worktree_s_index_is_checked_from_a_linked_one() {
+        let (dir, main) = workspace_repo();
+        let ws = dir.path().canonicalize().unwrap().join("wt");
+        git(&main, &["worktree", "add", "-q", ws.to_str().unwrap()]);
+        let roots = [ws.clone(), main.join(".git")];
+        let guard = NestedRepoGuard::before(&roots).trusting(&[main.join(".git/config")]);
+        evil_repo(&ws.join("cache/evil"));
+        std::fs::write(main.join(".git/index"), forged_index(&["../wt/cache/evil"])).unwrap();
+        let repairs = Box::new(guard).run();
+        assert!(!ws.join("cache/evil/.git/config").exists(), "{repairs:?}");
     }
 }
