@@ -1508,6 +1508,52 @@ fn escape_read_ssh_private_key(backend: &str) {
     read_credential(backend, ".ssh/id_rsa");
 }
 
+/// Credentials where the user's environment tells tools to keep them (XDG base
+/// directories, tools' own variables), and files of clients the first list missed: a
+/// review read each of these.
+#[backends]
+fn escape_read_credentials_the_environment_moves_elsewhere(backend: &str) {
+    let fx = Fixture::new();
+    let secret = marker("SECRET");
+    let elsewhere = fx.outside("elsewhere");
+    let files = [
+        ("XDG_CONFIG_HOME", "xdg", "gh/hosts.yml"),
+        ("CARGO_HOME", "cargo", "credentials.toml"),
+        ("GNUPGHOME", "gnupg", "private-keys-v1.d/key"),
+        ("AWS_SHARED_CREDENTIALS_FILE", "aws-credentials", ""),
+    ];
+    let mut ran = fx.chitti(backend);
+    let mut paths = Vec::new();
+    for (var, place, within) in files {
+        let dir = elsewhere.join(place);
+        let file = if within.is_empty() {
+            dir.clone()
+        } else {
+            dir.join(within)
+        };
+        write(&file, format!("{secret} {var}\n"));
+        ran = ran.env(var, &dir);
+        paths.push(file);
+    }
+    for rel in [
+        ".pgpass",
+        ".my.cnf",
+        ".config/rclone/rclone.conf",
+        ".cache/huggingface/token",
+    ] {
+        let file = fx.home(rel);
+        write(&file, format!("{secret} {rel}\n"));
+        paths.push(file);
+    }
+    let script = paths
+        .iter()
+        .map(|p| format!("cat {};", sh_quote(p)))
+        .collect::<String>();
+    let ran = ran.sh(&probe(&script));
+    ran.assert_probe_ran();
+    assert_no_secret(&secret, "credentials the environment names", &ran);
+}
+
 #[backends]
 fn escape_read_aws_credentials(backend: &str) {
     read_credential(backend, ".aws/credentials");

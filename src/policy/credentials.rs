@@ -31,11 +31,92 @@ pub const HOME_CREDENTIALS: &[&str] = &[
     ".mozilla",
     ".config/google-chrome",
     ".config/chromium",
+    // Database, storage and cloud clients' passwords and tokens.
+    ".pgpass",
+    ".my.cnf",
+    ".s3cfg",
+    ".oci",
+    ".terraformrc",
+    ".config/rclone/rclone.conf",
+    ".config/containers/auth.json",
+    ".cache/huggingface/token",
+    ".huggingface/token",
     // Other coding agents' logins (the Gemini CLI's also reaches chitti's own provider).
     ".gemini",
     ".codex/auth.json",
     ".claude/.credentials.json",
 ];
+
+/// Variables that name where a tool keeps its credentials instead of its default place
+/// (a directory hidden whole, or a file), and a trailing-`*` name within it where only
+/// that is a credential.
+const NAMED_BY_VARIABLES: &[(&str, Option<&str>)] = &[
+    ("GNUPGHOME", None),
+    ("GH_CONFIG_DIR", None),
+    ("DOCKER_CONFIG", None),
+    ("AZURE_CONFIG_DIR", None),
+    ("CLOUDSDK_CONFIG", None),
+    ("PASSWORD_STORE_DIR", None),
+    ("AWS_SHARED_CREDENTIALS_FILE", None),
+    ("AWS_CONFIG_FILE", None),
+    ("GOOGLE_APPLICATION_CREDENTIALS", None),
+    ("REGISTRY_AUTH_FILE", None),
+    ("CARGO_HOME", Some("credentials*")),
+    ("XDG_RUNTIME_DIR", Some("containers/auth.json")),
+];
+
+/// The XDG base directories, with the place under the home each stands for.
+const XDG_BASES: &[(&str, &str)] = &[
+    ("XDG_CONFIG_HOME", ".config/"),
+    ("XDG_DATA_HOME", ".local/share/"),
+    ("XDG_CACHE_HOME", ".cache/"),
+];
+
+/// Credential locations the user's environment moves elsewhere (`var` reads it): the
+/// built-in entries under `.config`, `.local/share` and `.cache` under the XDG base
+/// directories when those are set, and the places tools' own variables name
+/// (`GNUPGHOME`, `KUBECONFIG`'s files, ...). Only absolute paths: tools read relative ones
+/// from wherever they run; only places that exist now. Read once, before any fork.
+pub fn named_by_environment(
+    home: &Path,
+    var: impl Fn(&str) -> Option<std::ffi::OsString>,
+) -> Vec<PathBuf> {
+    let absolute = |value: std::ffi::OsString| {
+        let path = PathBuf::from(value);
+        path.is_absolute().then_some(path)
+    };
+    let mut out = Vec::new();
+    for (name, default) in XDG_BASES {
+        let Some(base) = var(name).and_then(absolute) else {
+            continue;
+        };
+        if base == home.join(default.trim_end_matches('/')) {
+            continue;
+        }
+        for entry in HOME_CREDENTIALS {
+            if let Some(rest) = entry.strip_prefix(default) {
+                expand_into(&base.join(rest), &mut out);
+            }
+        }
+    }
+    for (name, within) in NAMED_BY_VARIABLES {
+        if let Some(place) = var(name).and_then(absolute) {
+            match within {
+                None => out.push(place),
+                Some(within) => expand_into(&place.join(within), &mut out),
+            }
+        }
+    }
+    // A list of files, as `PATH` lists directories.
+    if let Some(list) = var("KUBECONFIG") {
+        out.extend(std::env::split_paths(&list).filter(|p| p.is_absolute()));
+    }
+    // Only what is there: these places may lie in a workspace (a `CARGO_HOME` in the
+    // project, say), where a location not there yet would refuse every call, though it
+    // holds nothing to read.
+    out.retain(|path| std::fs::symlink_metadata(path).is_ok());
+    out
+}
 
 /// Secrets outside every home that only root may read. A sandbox started by root is still
 /// uid 0, their owner, and dropping capabilities does not change that; so they are hidden
@@ -103,6 +184,58 @@ pub fn expand_into(pattern: &Path, out: &mut Vec<PathBuf>) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Tools told by the environment to keep their credentials elsewhere have them hidden
+    /// there too (a review read gh's token under `XDG_CONFIG_HOME`, and a cargo token
+    /// under `CARGO_HOME`).
+    #[test]
+    fn locations_the_environment_names_are_credential_locations() {
+        let dir = tempfile::tempdir().unwrap();
+        let home = dir.path().join("home");
+        let cargo = dir.path().join("cargo");
+        std::fs::create_dir_all(&cargo).unwrap();
+        std::fs::write(cargo.join("credentials.toml"), "x").unwrap();
+        for there in ["xdg/gh", "xdg/git", "xdg/rclone", "gpg"] {
+            std::fs::create_dir_all(dir.path().join(there)).unwrap();
+        }
+        for there in ["xdg/git/credentials", "xdg/rclone/rclone.conf", "k1"] {
+            std::fs::write(dir.path().join(there), "x").unwrap();
+        }
+        let vars: std::collections::HashMap<&str, PathBuf> = [
+            ("XDG_CONFIG_HOME", dir.path().join("xdg")),
+            ("XDG_DATA_HOME", home.join(".local/share")),
+            ("GNUPGHOME", dir.path().join("gpg")),
+            ("CARGO_HOME", cargo.clone()),
+            ("DOCKER_CONFIG", PathBuf::from("relative/docker")),
+            (
+                "KUBECONFIG",
+                std::env::join_paths([dir.path().join("k1"), PathBuf::from("k2")])
+                    .unwrap()
+                    .into(),
+            ),
+        ]
+        .into_iter()
+        .collect();
+        let found = named_by_environment(&home, |name| {
+            vars.get(name).map(|p| p.clone().into_os_string())
+        });
+        for expected in [
+            dir.path().join("xdg/gh"),
+            dir.path().join("xdg/git/credentials"),
+            dir.path().join("xdg/rclone/rclone.conf"),
+            dir.path().join("gpg"),
+            cargo.join("credentials.toml"),
+            dir.path().join("k1"),
+        ] {
+            assert!(found.contains(&expected), "{expected:?} not in {found:?}");
+        }
+        // The defaults are in the built-in list already; relative places are not taken,
+        // nor places not there (`xdg/op`, `cargo/credentials`).
+        assert!(!found.iter().any(|p| p.starts_with(&home)), "{found:?}");
+        assert!(!found.contains(&dir.path().join("xdg/op")), "{found:?}");
+        assert!(!found.contains(&cargo.join("credentials")), "{found:?}");
+        assert!(!found.iter().any(|p| p.is_relative()), "{found:?}");
+    }
 
     #[test]
     fn glob_expands_matching_siblings() {

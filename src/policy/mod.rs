@@ -42,6 +42,9 @@ pub struct ChittiDirs {
     /// credentials are hidden too (a client that starts chitti with a different HOME
     /// must not uncover the real ~/.ssh).
     pub user_home: Option<PathBuf>,
+    /// Credential locations the environment names (`credentials::named_by_environment`),
+    /// read when chitti starts.
+    pub named_by_environment: Vec<PathBuf>,
 }
 
 impl ChittiDirs {
@@ -71,6 +74,9 @@ impl ChittiDirs {
         Ok(ChittiDirs {
             config: xdg("XDG_CONFIG_HOME", ".config").join("chitti"),
             state: xdg("XDG_STATE_HOME", ".local/state").join("chitti"),
+            named_by_environment: credentials::named_by_environment(&home, |name| {
+                std::env::var_os(name)
+            }),
             home,
             user_home,
         })
@@ -203,8 +209,16 @@ impl CredentialSearch {
         if std::fs::symlink_metadata(&dirs.state).is_err() {
             let _ = make_own_dir(&dirs.state);
         }
-        let mut deny_candidates =
-            credentials::builtin(&dirs.home, &[dirs.config.clone(), dirs.state.clone()]);
+        // chitti's own directories where this environment puts them, and where they are
+        // without it (a client may start chitti without the user's XDG variables).
+        let own = [
+            dirs.config.clone(),
+            dirs.state.clone(),
+            dirs.home.join(".config/chitti"),
+            dirs.home.join(".local/state/chitti"),
+        ];
+        let mut deny_candidates = credentials::builtin(&dirs.home, &own);
+        deny_candidates.extend(dirs.named_by_environment.iter().cloned());
         if let Some(user_home) = &dirs.user_home {
             let own = [".config/chitti", ".local/state/chitti"].map(|d| user_home.join(d));
             deny_candidates.extend(credentials::builtin(user_home, &own));
@@ -844,6 +858,7 @@ mod tests {
             config: home.join(".config/chitti"),
             state: home.join(".local/state/chitti"),
             user_home: None,
+            named_by_environment: Vec::new(),
         }
     }
 

@@ -59,6 +59,7 @@ impl Fixture {
             config: home.join(".config/chitti"),
             state: home.join(".local/state/chitti"),
             user_home: None,
+            named_by_environment: Vec::new(),
         };
         let env: Vec<(OsString, OsString)> = std::env::vars_os()
             .filter(|(k, _)| k != "HOME")

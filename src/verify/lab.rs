@@ -143,6 +143,7 @@ impl Lab {
             config: home.join(".config/chitti"),
             state: home.join(".local/state/chitti"),
             user_home: None,
+            named_by_environment: Vec::new(),
         };
         let mut env: Vec<(OsString, OsString)> =
             std::env::vars_os().filter(|(k, _)| k != "HOME").collect();
