@@ -1554,6 +1554,29 @@ fn escape_read_credentials_the_environment_moves_elsewhere(backend: &str) {
     assert_no_secret(&secret, "credentials the environment names", &ran);
 }
 
+/// A dotfiles manager's links inside a real `~/.ssh` and `~/.kube`: the secrets they lead
+/// to, read through the links and by their own names (a review read both).
+#[backends]
+fn escape_read_credentials_linked_from_inside_a_hidden_directory(backend: &str) {
+    let fx = Fixture::new();
+    let secret = marker("SECRET");
+    let key = fx.home("dotfiles/ssh/id_ed25519");
+    let kube = fx.home("clusters/prod.yaml");
+    write(&key, format!("{secret} key\n"));
+    write(&kube, format!("{secret} kube\n"));
+    write(&fx.home(".ssh/known_hosts"), "hosts\n");
+    std::os::unix::fs::symlink("../dotfiles/ssh/id_ed25519", fx.home(".ssh/id_ed25519")).unwrap();
+    std::fs::create_dir_all(fx.home(".kube")).unwrap();
+    std::os::unix::fs::symlink(&kube, fx.home(".kube/config")).unwrap();
+    let ran = fx.chitti(backend).sh(&probe(&format!(
+        "cat ~/.ssh/id_ed25519 ~/.kube/config {} {}",
+        sh_quote(&key),
+        sh_quote(&kube)
+    )));
+    ran.assert_probe_ran();
+    assert_no_secret(&secret, "links inside hidden directories", &ran);
+}
+
 #[backends]
 fn escape_read_aws_credentials(backend: &str) {
     read_credential(backend, ".aws/credentials");

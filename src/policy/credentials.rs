@@ -154,6 +154,39 @@ pub fn builtin(home: &Path, chitti_dirs: &[PathBuf]) -> Vec<PathBuf> {
     out
 }
 
+/// Where the symbolic links inside the hidden directory `dir` lead (resolved; two levels
+/// deep, the first 256 entries): the same secrets under their other names. A dotfiles
+/// manager links each file of `~/.ssh` on its own where the directory itself is real, and
+/// `~/.kube/config` is often a link to one cluster's file. Targets that hold the home
+/// (a link to `~` or `/`) are left out: no secret store, and hiding them would hide
+/// everything. A link that leads nowhere now is not followed.
+pub fn links_within(dir: &Path, home: &Path) -> Vec<PathBuf> {
+    let mut targets = Vec::new();
+    let mut budget = 256usize;
+    let mut dirs = vec![(dir.to_path_buf(), 0)];
+    while let Some((at, depth)) = dirs.pop() {
+        crate::dir_entries::for_each_entry(&at, |name, kind| {
+            if budget == 0 {
+                return;
+            }
+            budget -= 1;
+            let path = at.join(name);
+            match kind {
+                crate::dir_entries::EntryKind::Symlink => {
+                    if let Ok(target) = std::fs::canonicalize(&path) {
+                        if !home.starts_with(&target) && !target.starts_with(dir) {
+                            targets.push(target);
+                        }
+                    }
+                }
+                crate::dir_entries::EntryKind::Dir if depth < 1 => dirs.push((path, depth + 1)),
+                _ => {}
+            }
+        });
+    }
+    targets
+}
+
 /// Expands a trailing-`*` glob in the last component; other paths pass through.
 pub fn expand_into(pattern: &Path, out: &mut Vec<PathBuf>) {
     let Some(name) = pattern.file_name().and_then(|n| n.to_str()) else {
@@ -184,6 +217,32 @@ pub fn expand_into(pattern: &Path, out: &mut Vec<PathBuf>) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Links inside a hidden directory lead to its secrets under other names: their
+    /// targets are credential locations too (a review read a stow-managed `~/.ssh` key and
+    /// a linked `~/.kube/config` through them).
+    #[test]
+    fn links_inside_a_hidden_directory_are_followed() {
+        let dir = tempfile::tempdir().unwrap();
+        let base = dir.path().canonicalize().unwrap();
+        let home = base.join("home");
+        let ssh = home.join(".ssh");
+        let dotfiles = home.join("dotfiles/ssh");
+        std::fs::create_dir_all(ssh.join("keys")).unwrap();
+        std::fs::create_dir_all(&dotfiles).unwrap();
+        std::fs::write(dotfiles.join("id_ed25519"), "x").unwrap();
+        std::fs::write(dotfiles.join("deep"), "x").unwrap();
+        std::os::unix::fs::symlink("../dotfiles/ssh/id_ed25519", ssh.join("id_ed25519")).unwrap();
+        std::os::unix::fs::symlink(dotfiles.join("deep"), ssh.join("keys/deep")).unwrap();
+        std::os::unix::fs::symlink("nowhere", ssh.join("dangling")).unwrap();
+        std::os::unix::fs::symlink(&home, ssh.join("home")).unwrap();
+        std::os::unix::fs::symlink("/", ssh.join("root")).unwrap();
+        std::fs::write(ssh.join("known_hosts"), "x").unwrap();
+        std::os::unix::fs::symlink("known_hosts", ssh.join("inside")).unwrap();
+        let mut found = links_within(&ssh, &home);
+        found.sort();
+        assert_eq!(found, [dotfiles.join("deep"), dotfiles.join("id_ed25519")]);
+    }
 
     /// Tools told by the environment to keep their credentials elsewhere have them hidden
     /// there too (a review read gh's token under `XDG_CONFIG_HOME`, and a cargo token

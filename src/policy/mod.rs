@@ -183,6 +183,10 @@ pub struct CredentialSearch {
     writable: Vec<PathBuf>,
 }
 
+/// At most this many link targets are added to the hidden paths per call (see
+/// `credentials::links_within`).
+const MAX_LINK_TARGETS: usize = 256;
+
 /// What a [`CredentialSearch`] found: the policy's `deny_read` and `deny_read_by_inode`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Hidden {
@@ -240,7 +244,14 @@ impl CredentialSearch {
         let mut deny_read = Vec::new();
         // Every location, there or not yet, for the writable roots' check by inode below.
         let mut locations = Vec::with_capacity(deny_candidates.len());
-        for (index, path) in deny_candidates.into_iter().enumerate() {
+        // Links inside hidden directories (a dotfiles manager's, one per file, where the
+        // directory itself is real) lead to the secret under another name: their targets
+        // are hidden too, appended here and looked at as the home's entries are.
+        let link_targets_from = deny_candidates.len();
+        for index in 0.. {
+            let Some(path) = deny_candidates.get(index).cloned() else {
+                break;
+            };
             // What to hide (if anything exists there), and how the user would know it.
             let (exists, resolved, named) = if (root_only..from_profile).contains(&index) {
                 (true, path.clone(), None)
@@ -302,7 +313,7 @@ impl CredentialSearch {
             // it readable (and writable) on backends that cannot mask beneath a grant.
             for root in writable {
                 if lies_within(&resolved, root) || lies_within(root, &resolved) {
-                    if index >= from_profile {
+                    if (from_profile..link_targets_from).contains(&index) {
                         return Err(PolicyError::Profile(format!(
                             "profile `{}`: filesystem.deny_read entry {} lies in (or holds) \
                              the writable root {}: a path cannot be both, because Landlock \
@@ -320,6 +331,16 @@ impl CredentialSearch {
                         root.display(),
                         as_named()
                     )));
+                }
+            }
+            let home_side = index < root_only || index >= link_targets_from;
+            if exists && home_side && deny_candidates.len() - link_targets_from < MAX_LINK_TARGETS {
+                for target in credentials::links_within(&resolved, home) {
+                    if !deny_candidates.contains(&target)
+                        && deny_candidates.len() - link_targets_from < MAX_LINK_TARGETS
+                    {
+                        deny_candidates.push(target);
+                    }
                 }
             }
             if exists {
