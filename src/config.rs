@@ -9,6 +9,7 @@
 //! output_cap = 30000           # characters of each stream of execute_bash shown to the model
 //! allow_unsandboxed = false    # may the model ask for `sandbox: false`? (always asks the user)
 //! request_timeout_secs = 120   # how long the API may stay silent
+//! reply_timeout_secs = 1800    # how long one reply may take, whole
 //! max_retries = 3
 //!
 //! [gemini]
@@ -42,6 +43,7 @@ pub struct Config {
     #[serde(default)]
     pub allow_unsandboxed: bool,
     pub request_timeout_secs: Option<NonZeroU64>,
+    pub reply_timeout_secs: Option<NonZeroU64>,
     pub max_retries: Option<u32>,
     #[serde(default)]
     pub gemini: ProviderConfig,
@@ -143,7 +145,12 @@ mod tests {
         assert!(e.contains("line 1"), "{e}");
         let e = load_text("[gemini]\napi_key = \n").unwrap_err();
         assert!(e.contains("line 2"), "{e}");
-        for key in ["max_steps", "output_cap", "request_timeout_secs"] {
+        for key in [
+            "max_steps",
+            "output_cap",
+            "request_timeout_secs",
+            "reply_timeout_secs",
+        ] {
             let e = load_text(&format!("provider = \"gemini\"\n{key} = 0\n")).unwrap_err();
             assert!(e.contains("line 2, column"), "{key}: {e}");
             assert!(e.contains(key) && e.contains("nonzero"), "{key}: {e}");

@@ -207,6 +207,13 @@ fn build_provider(
     let events = Arc::clone(events);
     let options = HttpOptions {
         idle_timeout: Duration::from_secs(config.request_timeout_secs.map_or(120, |s| s.get())),
+        reply_timeout: Duration::from_secs(
+            config
+                .reply_timeout_secs
+                .map_or(crate::provider::http::DEFAULT_REPLY_TIMEOUT_SECS, |s| {
+                    s.get()
+                }),
+        ),
         max_retries: config.max_retries.unwrap_or(3),
         on_retry: Some(Arc::new(move |notice: &RetryNotice| {
             eprintln!(

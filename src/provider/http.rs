@@ -11,6 +11,10 @@ use serde_json::Value;
 pub struct HttpOptions {
     /// The longest the API may stay silent (connecting, or between two chunks).
     pub idle_timeout: Duration,
+    /// The longest one request may take, its whole reply read: a server that keeps
+    /// sending a little (keep-alive comments in a stream) never goes silent, and would
+    /// otherwise keep an unattended run waiting for ever.
+    pub reply_timeout: Duration,
     /// Retries after a 429, a 5xx, a timeout or a lost connection.
     pub max_retries: u32,
     /// The first retry waits this long; each later one twice as long.
@@ -27,10 +31,14 @@ pub struct HttpOptions {
 
 pub type RetryHook = Arc<dyn Fn(&RetryNotice) + Send + Sync>;
 
+/// Half an hour: a slow local model writing a long answer takes minutes, not hours.
+pub const DEFAULT_REPLY_TIMEOUT_SECS: u64 = 30 * 60;
+
 impl Default for HttpOptions {
     fn default() -> Self {
         HttpOptions {
             idle_timeout: Duration::from_secs(120),
+            reply_timeout: Duration::from_secs(DEFAULT_REPLY_TIMEOUT_SECS),
             max_retries: 3,
             backoff: Duration::from_secs(1),
             max_retry_after: Duration::from_secs(60),
@@ -44,6 +52,7 @@ impl std::fmt::Debug for HttpOptions {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("HttpOptions")
             .field("idle_timeout", &self.idle_timeout)
+            .field("reply_timeout", &self.reply_timeout)
             .field("max_retries", &self.max_retries)
             .field("backoff", &self.backoff)
             .finish_non_exhaustive()
@@ -112,6 +121,7 @@ pub fn client(options: &HttpOptions) -> Result<reqwest::Client, ProviderError> {
         .redirect(reqwest::redirect::Policy::none())
         .connect_timeout(options.idle_timeout.min(Duration::from_secs(30)))
         .read_timeout(options.idle_timeout)
+        .timeout(options.reply_timeout)
         .user_agent(concat!("chitti/", env!("CARGO_PKG_VERSION")))
         .build()
         .map_err(|e| ProviderError::new(ErrorKind::Network, format!("cannot set up HTTPS: {e}")))
@@ -315,7 +325,9 @@ fn gemini_retry_delay(body: &str) -> Option<Duration> {
 fn describe_transport_error(e: &reqwest::Error) -> String {
     use std::error::Error;
     if e.is_timeout() {
-        return "timed out waiting for the API".to_string();
+        return "timed out waiting for the API (silent for longer than request_timeout_secs, \
+                or the whole reply took longer than reply_timeout_secs)"
+            .to_string();
     }
     // reqwest's own text ("error sending request") hides the cause; show the deepest one.
     let mut cause: &dyn Error = e;
@@ -550,6 +562,42 @@ mod tests {
             .unwrap();
         let e = read_json("openai", response).await.unwrap_err();
         assert!(e.to_string().contains("went past"), "{e}");
+    }
+
+    /// A server that never goes silent but never finishes (a keep-alive comment every
+    /// 50 ms) ends the request at the reply's deadline.
+    #[tokio::test]
+    async fn a_reply_that_never_ends_stops_at_its_deadline() {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let server = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = server.local_addr().unwrap().port();
+        tokio::spawn(async move {
+            let (mut conn, _) = server.accept().await.unwrap();
+            let mut request = [0u8; 4096];
+            let _ = conn.read(&mut request).await;
+            let head =
+                "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nConnection: close\r\n\r\n";
+            let _ = conn.write_all(head.as_bytes()).await;
+            while conn.write_all(b": keep-alive\n\n").await.is_ok() {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        });
+        let options = HttpOptions {
+            reply_timeout: Duration::from_secs(1),
+            ..HttpOptions::default()
+        };
+        let client = client(&options).unwrap();
+        let started = std::time::Instant::now();
+        let read = async {
+            let response = client.get(format!("http://127.0.0.1:{port}/")).send().await;
+            read_sse("openai", response.unwrap(), |_| Ok(())).await
+        };
+        let ended = tokio::time::timeout(Duration::from_secs(5), read).await;
+        let e = ended
+            .expect("the reply's deadline did not end it")
+            .unwrap_err();
+        assert!(e.to_string().contains("timed out"), "{e}");
+        assert!(started.elapsed() < Duration::from_secs(5));
     }
 
     #[tokio::test]
