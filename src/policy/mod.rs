@@ -215,12 +215,12 @@ impl CredentialSearch {
         }
         // chitti's own directories where this environment puts them, and where they are
         // without it (a client may start chitti without the user's XDG variables).
-        let own = [
-            dirs.config.clone(),
-            dirs.state.clone(),
-            dirs.home.join(".config/chitti"),
-            dirs.home.join(".local/state/chitti"),
-        ];
+        let mut own = vec![dirs.config.clone(), dirs.state.clone()];
+        for default in [".config/chitti", ".local/state/chitti"].map(|d| dirs.home.join(d)) {
+            if !own.contains(&default) {
+                own.push(default);
+            }
+        }
         let mut deny_candidates = credentials::builtin(&dirs.home, &own);
         deny_candidates.extend(dirs.named_by_environment.iter().cloned());
         if let Some(user_home) = &dirs.user_home {
@@ -957,6 +957,37 @@ mod tests {
             &std::fs::metadata(&state).unwrap().permissions(),
         ) & 0o777;
         assert_eq!(mode, 0o700);
+    }
+
+    /// chitti's own config is hidden at its default place too when the environment puts
+    /// it elsewhere (a client may start chitti without the user's XDG variables), and
+    /// what the environment names is hidden where it is.
+    #[test]
+    fn own_directories_and_places_the_environment_names_are_hidden() {
+        let dir = tempfile::tempdir().unwrap();
+        let base = dir.path().canonicalize().unwrap();
+        let ws = base.join("ws");
+        std::fs::create_dir_all(&ws).unwrap();
+        let default_config = base.join(".config/chitti");
+        let gnupg = base.join("gnupg");
+        for there in [&default_config, &gnupg] {
+            std::fs::create_dir_all(there).unwrap();
+        }
+        let dirs = ChittiDirs {
+            config: base.join("xdg/chitti"),
+            named_by_environment: vec![gnupg.clone()],
+            ..dirs_in(&base)
+        };
+        let profile = profile::load("workspace-write", None).unwrap();
+        let policy =
+            Policy::resolve(&profile, &ws, &Overrides::default(), &dirs, Vec::new()).unwrap();
+        for hidden in [&default_config, &gnupg] {
+            assert!(
+                policy.deny_read.contains(hidden),
+                "{hidden:?}: {:?}",
+                policy.deny_read
+            );
+        }
     }
 
     #[test]
