@@ -111,7 +111,7 @@ pub struct Joining {
     mine: BTreeSet<PathBuf>,
     changed: bool,
     /// The writable roots of the other calls running now.
-    running_roots: Vec<PathBuf>,
+    running_roots: Vec<RunningRoot>,
 }
 
 /// A call that has joined: it leaves once its repairs are done.
@@ -356,9 +356,25 @@ fn too_many_calls(state_dir: &Path) -> String {
 /// for that byte are a running call's.
 const PRESENT: i64 = 2 + SLOTS as i64;
 /// Where in the lock file the roots of the call holding presence byte `n` are kept:
-/// `ROOTS_AT + n * ROOTS_SPAN`, a length (four bytes) and the paths, each ended by NUL.
+/// `ROOTS_AT + n * ROOTS_SPAN`, a length (four bytes), then each root: its device and
+/// inode (eight bytes each; all ones where it could not be looked at), and its path, ended
+/// by NUL.
 const ROOTS_AT: u64 = 4096;
 const ROOTS_SPAN: u64 = 64 * 1024;
+
+/// A running call's writable root, by its path and by what directory it is: a second
+/// mount shows one directory under two paths (a review ran two calls at once in one
+/// workspace through a bind mount).
+#[derive(Debug, Clone)]
+struct RunningRoot {
+    path: PathBuf,
+    id: Option<(u64, u64)>,
+}
+
+fn directory_id(path: &Path) -> Option<(u64, u64)> {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata(path).ok().map(|m| (m.dev(), m.ino()))
+}
 
 /// With STEP held: takes a free presence byte for this open of the lock file and keeps
 /// `roots` beside it. False when every byte is taken.
@@ -371,15 +387,22 @@ fn enter(file: &std::fs::File, roots: &[PathBuf]) -> std::io::Result<bool> {
     else {
         return Ok(false);
     };
-    let mut listed: Vec<u8> = Vec::new();
-    for root in roots {
-        listed.extend_from_slice(root.as_os_str().as_bytes());
-        listed.push(0);
-    }
+    let listing = |roots: &[&Path]| {
+        let mut listed: Vec<u8> = Vec::new();
+        for root in roots {
+            let (dev, ino) = directory_id(root).unwrap_or((u64::MAX, u64::MAX));
+            listed.extend_from_slice(&dev.to_le_bytes());
+            listed.extend_from_slice(&ino.to_le_bytes());
+            listed.extend_from_slice(root.as_os_str().as_bytes());
+            listed.push(0);
+        }
+        listed
+    };
+    let mut listed = listing(&roots.iter().map(PathBuf::as_path).collect::<Vec<_>>());
     if listed.len() as u64 > ROOTS_SPAN - 4 {
         // Too many to keep: the whole filesystem stands for them (later calls are then
         // stricter than they need be, never less strict).
-        listed = b"/\0".to_vec();
+        listed = listing(&[Path::new("/")]);
     }
     let mut kept = (listed.len() as u32).to_le_bytes().to_vec();
     kept.extend_from_slice(&listed);
@@ -389,7 +412,7 @@ fn enter(file: &std::fs::File, roots: &[PathBuf]) -> std::io::Result<bool> {
 
 /// With STEP held: the writable roots of the calls running now but this open's own
 /// (whose presence byte another open holds).
-fn running_roots(file: &std::fs::File) -> std::io::Result<Vec<PathBuf>> {
+fn running_roots(file: &std::fs::File) -> std::io::Result<Vec<RunningRoot>> {
     let mut held = Vec::new();
     held_bytes(file, PRESENT, PRESENT + i64::from(SLOTS), &mut held)?;
     let mut roots = Vec::new();
@@ -400,12 +423,18 @@ fn running_roots(file: &std::fs::File) -> std::io::Result<Vec<PathBuf>> {
         let len = u64::from(u32::from_le_bytes(len)).min(ROOTS_SPAN - 4);
         let mut listed = vec![0u8; len as usize];
         file.read_exact_at(&mut listed, at + 4)?;
-        roots.extend(
-            listed
-                .split(|&b| b == 0)
-                .filter(|root| !root.is_empty())
-                .map(|root| PathBuf::from(OsString::from_vec(root.to_vec()))),
-        );
+        let mut rest = &listed[..];
+        while rest.len() > 16 {
+            let number = |b: &[u8]| u64::from_le_bytes(b.try_into().unwrap_or_default());
+            let (dev, ino) = (number(&rest[..8]), number(&rest[8..16]));
+            let tail = &rest[16..];
+            let end = tail.iter().position(|&b| b == 0).unwrap_or(tail.len());
+            roots.push(RunningRoot {
+                path: PathBuf::from(OsString::from_vec(tail[..end].to_vec())),
+                id: (dev, ino).ne(&(u64::MAX, u64::MAX)).then_some((dev, ino)),
+            });
+            rest = tail.get(end + 1..).unwrap_or_default();
+        }
     }
     Ok(roots)
 }
@@ -576,10 +605,25 @@ impl Joining {
     /// Whether `path` lies in a writable root of another call running now: what this
     /// call would record of it afresh may be what that call's command planted.
     pub fn may_be_written_by_running_call(&self, path: &Path) -> Option<&Path> {
-        self.running_roots
+        if self.running_roots.is_empty() {
+            return None;
+        }
+        if let Some(root) = self
+            .running_roots
             .iter()
-            .find(|root| path.starts_with(root))
-            .map(PathBuf::as_path)
+            .find(|r| path.starts_with(&r.path))
+        {
+            return Some(&root.path);
+        }
+        // Under another name (a second mount of the root, or of a directory above it):
+        // the same directory on the way.
+        path.ancestors().find_map(|dir| {
+            let id = directory_id(dir)?;
+            self.running_roots
+                .iter()
+                .find(|r| r.id == Some(id))
+                .map(|r| r.path.as_path())
+        })
     }
 
     /// True when the record of `path` was left by calls that ended without their repairs,
@@ -1155,6 +1199,29 @@ mod tests {
         let _many = be_present(state.path(), &many).unwrap();
         let joining = join(state.path(), &[]).unwrap();
         assert_eq!(seen(&joining), ["/a/x", "/b/y", "/c", "/d/z", "/e"]);
+    }
+
+    /// A running call's root is known by what directory it is, too: under another name
+    /// (a bind mount; here a symlink stands in), what lies in it is still its.
+    #[test]
+    fn a_running_root_is_known_under_another_name() {
+        let state = tempfile::tempdir().unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let base = dir.path().canonicalize().unwrap();
+        let ws = base.join("ws");
+        std::fs::create_dir_all(ws.join(".git")).unwrap();
+        let alias = base.join("alias");
+        std::os::unix::fs::symlink(&ws, &alias).unwrap();
+        let _running = be_present(state.path(), std::slice::from_ref(&alias)).unwrap();
+        let joining = join(state.path(), &[]).unwrap();
+        assert_eq!(
+            joining.may_be_written_by_running_call(&ws.join(".git/config")),
+            Some(alias.as_path())
+        );
+        assert_eq!(
+            joining.may_be_written_by_running_call(&base.join("other")),
+            None
+        );
     }
 
     #[test]
