@@ -1278,6 +1278,92 @@ fn escape_timeout_leaves_process_tree(backend: &str) {
     );
 }
 
+/// A chain of processes 300 deep whose last one keeps 40 threads spinning, so that the
+/// supervisor, which kills the tree, gets little CPU, and a timeout of 2 s: the whole
+/// chain dies with the call. (Killing one generation per round, the supervisor took longer
+/// than chitti waits for it, chitti then killed the supervisor, and the rest of the chain
+/// lived on, writing the workspace: a review found this.)
+#[backends]
+fn escape_deep_busy_process_chain_outlives_a_timeout(backend: &str) {
+    require_tool("cc");
+    let fx = Fixture::new();
+    let unique = unique_sleep();
+    write(
+        &fx.ws("chain.c"),
+        r#"#include <pthread.h>
+#include <stdlib.h>
+#include <unistd.h>
+#include <fcntl.h>
+static void *spin(void *a) { for (;;) {} return a; }
+int main(int argc, char **argv) {
+    int depth = atoi(argv[1]), threads = atoi(argv[2]);
+    for (int d = 0; d < depth; d++) {
+        pid_t p = fork();
+        if (p > 0) { for (;;) pause(); }
+        if (p < 0) { usleep(1000); d--; }
+    }
+    pthread_t t;
+    for (int i = 0; i < threads; i++) pthread_create(&t, 0, spin, 0);
+    close(open("bottom", O_WRONLY | O_CREAT, 0644));
+    for (;;) pause();
+}
+"#,
+    );
+    let built = std::process::Command::new("cc")
+        .args(["-O1", "-pthread", "-o", "chain", "chain.c"])
+        .current_dir(&fx.ws)
+        .output()
+        .unwrap();
+    assert!(
+        built.status.success(),
+        "cc: {}",
+        String::from_utf8_lossy(&built.stderr)
+    );
+    // As `pids_with_argv` matches it (the program by its file name).
+    let argv = ["chain", "300", "40", unique.as_str()];
+    struct Cleanup<'a>(&'a [&'a str]);
+    impl Drop for Cleanup<'_> {
+        fn drop(&mut self) {
+            for _ in 0..200 {
+                let left = pids_with_argv(self.0);
+                if left.is_empty() {
+                    break;
+                }
+                for pid in left {
+                    unsafe { libc::kill(pid, libc::SIGKILL) };
+                }
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        }
+    }
+    let _cleanup = Cleanup(&argv);
+    // Its output goes nowhere: a survivor holding chitti's pipes would keep this test
+    // waiting instead of failing.
+    let ran = fx.chitti(backend).timeout(2).run(&[
+        "sh",
+        "-c",
+        &format!("exec ./{} >/dev/null 2>&1", argv.join(" ")),
+    ]);
+    assert!(
+        exists(&fx.ws("bottom")),
+        "the chain never reached its end
+{ran}"
+    );
+    assert_eq!(
+        ran.code,
+        Some(124),
+        "the call was to time out
+{ran}"
+    );
+    let gone = wait_until(Duration::from_secs(2), || pids_with_argv(&argv).is_empty());
+    assert!(
+        gone,
+        "ESCAPE (a deep chain with busy threads): {} sandboxed processes still alive 2 s \
+         after chitti returned\n{ran}",
+        pids_with_argv(&argv).len()
+    );
+}
+
 /// A bounded "fork bomb": 300 background sleeps under a profile limiting processes to 128.
 /// Unprivileged, at most 128 may exist (RLIMIT_NPROC; README: it does not bind uid 0);
 /// in every case none may survive the call.

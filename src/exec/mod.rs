@@ -917,6 +917,24 @@ async fn stop(running: &mut Running) -> Result<(), SandboxError> {
         .await
         .is_err()
     {
+        // A supervisor still at work is what kills the tree: killing it would hand what is
+        // left to PID 1, alive. chitti helps it instead, killing every process below it
+        // that it sees, while it waits as long again; only then does it give up on it.
+        #[cfg(target_os = "linux")]
+        if let Running::Supervised { pid, .. } = running {
+            let pid = *pid;
+            let helped = async {
+                loop {
+                    crate::sandbox::linux::supervisor::kill_tree_below(pid);
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+            };
+            tokio::select! {
+                done = wait(running) => return done,
+                _ = tokio::time::sleep(KILL_GRACE) => {}
+                _ = helped => {}
+            }
+        }
         match running {
             #[cfg(not(target_os = "linux"))]
             Running::Command(child) => {

@@ -934,9 +934,15 @@ unsafe fn wait_or_lifeline(child: libc::pid_t, lifeline: RawFd) -> Report {
     }
 }
 
-/// Kills every process left under the supervisor. Orphans reparent to it (it is a
-/// subreaper), so repeating "kill every child, reap" until none remain reaches the whole
-/// tree, including `setsid`/double-forked daemons, however many.
+/// Kills every process left under the supervisor, however deep the tree and however busy
+/// it keeps the CPUs. Each round walks the whole tree from the supervisor's children down
+/// (`/proc/PID/task/TID/children` of every thread) and kills each process as it is
+/// reached, then reaps what died: a chain hundreds of processes deep, or one holding
+/// spinning threads that starve this process, dies in one round, where killing only the
+/// direct children took a round per generation (a review outlasted chitti's patience so,
+/// and its processes outlived the call). Orphans reparent to the supervisor (a
+/// subreaper), so what forks meanwhile is met in the next round; until every child is
+/// reaped, none remains.
 unsafe fn kill_descendants() {
     // Usually nothing is left at all, which needs no listing: once every child is reaped,
     // no descendant remains (an orphan is reparented here before its parent can be).
@@ -945,25 +951,32 @@ unsafe fn kill_descendants() {
     {
         return;
     }
-    let children = format!("/proc/self/task/{}/children", libc::getpid());
+    let own = libc::getpid();
     // Rounds in which a child exists but is not listed yet, each a millisecond's wait.
     let mut unlisted = 0;
     loop {
-        // Read whole: the command may have left more children than any fixed buffer holds,
-        // and a number cut short would name some other process of the host.
-        let listing = std::fs::read(&children).unwrap_or_default();
-        let mut any = false;
-        for pid in listed_pids(&listing) {
-            libc::kill(pid, libc::SIGKILL);
-            any = true;
+        let any = kill_tree(own, true);
+        // Reap everything that has died, then, if children remain, wait for one.
+        let mut reaped_any = false;
+        loop {
+            let reaped = libc::waitpid(-1, std::ptr::null_mut(), libc::WNOHANG | libc::__WALL);
+            if reaped < 0 && last_error() == libc::ECHILD {
+                return;
+            }
+            if reaped <= 0 {
+                break;
+            }
+            reaped_any = true;
         }
-        let mut status = 0;
-        let flags = if any { 0 } else { libc::WNOHANG };
-        let reaped = libc::waitpid(-1, &mut status, flags | libc::__WALL);
-        if reaped < 0 && last_error() == libc::ECHILD {
-            return;
+        if reaped_any {
+            continue;
         }
-        if reaped == 0 && !any {
+        if any {
+            let reaped = libc::waitpid(-1, std::ptr::null_mut(), libc::__WALL);
+            if reaped < 0 && last_error() == libc::ECHILD {
+                return;
+            }
+        } else {
             unlisted += 1;
             if unlisted > 100_000 {
                 return;
@@ -971,6 +984,91 @@ unsafe fn kill_descendants() {
             libc::usleep(1000);
         }
     }
+}
+
+/// Kills every process below the supervisor `supervisor` that chitti sees (one round of
+/// [`kill_descendants`], from outside): chitti's help when the supervisor is slow to end
+/// its tree. The supervisor itself is left alone.
+pub fn kill_tree_below(supervisor: libc::pid_t) {
+    unsafe { kill_tree(supervisor, false) };
+}
+
+/// One round of [`kill_descendants`]: kills every process in the tree under `own` that the
+/// listings show; whether there was any. A process is signalled only through a pidfd
+/// opened while it is seen to be its parent's child (its number, read from the parent's
+/// listing, could otherwise name another process by the time the signal goes, had the
+/// parent reaped it meanwhile), but for the children of `own` when `own` is this process
+/// (`reaped_here`): no one else reaps them, so their numbers stay theirs until it waits
+/// for them.
+unsafe fn kill_tree(own: libc::pid_t, reaped_here: bool) -> bool {
+    let mut queue: Vec<(libc::pid_t, Option<OwnedFd>)> = vec![(own, None)];
+    let mut any = false;
+    let mut next = 0;
+    while next < queue.len() {
+        let parent = queue[next].0;
+        next += 1;
+        for child in children_of(parent) {
+            let pidfd = if parent == own && reaped_here {
+                None
+            } else {
+                let fd = libc::syscall(libc::SYS_pidfd_open, child, 0);
+                if fd < 0 {
+                    continue;
+                }
+                let fd = OwnedFd::from_raw_fd(fd as RawFd);
+                // The pidfd names whatever has that number now: only the parent's child is
+                // signalled (and walked).
+                if parent_of(child) != Some(parent) {
+                    continue;
+                }
+                Some(fd)
+            };
+            queue.push((child, pidfd));
+        }
+        if parent != own {
+            // Listed first, then killed: what it forks after the listing reparents here
+            // when it dies, for the next round.
+            let (pid, pidfd) = &queue[next - 1];
+            match pidfd {
+                Some(fd) => {
+                    libc::syscall(
+                        libc::SYS_pidfd_send_signal,
+                        fd.as_raw_fd(),
+                        libc::SIGKILL,
+                        0,
+                        0,
+                    );
+                }
+                None => {
+                    libc::kill(*pid, libc::SIGKILL);
+                }
+            }
+            any = true;
+        }
+    }
+    any
+}
+
+/// The children of every thread of `pid`.
+fn children_of(pid: libc::pid_t) -> Vec<libc::pid_t> {
+    let mut children = Vec::new();
+    let tasks = format!("/proc/{pid}/task");
+    crate::dir_entries::for_each_entry(Path::new(&tasks), |tid, _| {
+        // Read whole: the command may have left more children than any fixed buffer
+        // holds, and a number cut short would name some other process of the host.
+        let listing =
+            std::fs::read(Path::new(&tasks).join(tid).join("children")).unwrap_or_default();
+        children.extend(listed_pids(&listing));
+    });
+    children
+}
+
+/// The parent of `pid` (`/proc/PID/stat`'s fourth field, after the name in parentheses).
+fn parent_of(pid: libc::pid_t) -> Option<libc::pid_t> {
+    let stat = std::fs::read(format!("/proc/{pid}/stat")).ok()?;
+    let after_name = &stat[stat.iter().rposition(|b| *b == b')')? + 1..];
+    let ppid = after_name.split(|b| *b == b' ').nth(2)?;
+    std::str::from_utf8(ppid).ok()?.parse().ok()
 }
 
 /// The process ids of a `children` listing, each followed by a space: one without it may
@@ -1053,6 +1151,62 @@ mod tests {
         );
         drop(late.join().unwrap());
         assert_eq!(unsafe { read_go_byte(go) }, None, "the pipe's end");
+    }
+
+    /// chitti's help for a slow supervisor kills every process below it, however deep,
+    /// and leaves the supervisor itself (here a shell standing in for it) alone.
+    #[test]
+    fn a_tree_below_a_process_is_killed_and_the_process_left() {
+        let marker = format!(
+            "{}",
+            7_000_000
+                + std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .unwrap()
+                    .subsec_nanos()
+                    % 1_000_000
+        );
+        let script = format!(
+            "sleep {marker} & sh -c 'sh -c \"sleep {marker}\" & wait' & touch ready; read x"
+        );
+        let dir = tempfile::tempdir().unwrap();
+        let mut root = std::process::Command::new("sh")
+            .args(["-c", &script])
+            .current_dir(dir.path())
+            // Held open: the shell waits on it, not on its children.
+            .stdin(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let sleepers = || {
+            std::fs::read_dir("/proc")
+                .unwrap()
+                .flatten()
+                .filter(|e| {
+                    std::fs::read(e.path().join("cmdline"))
+                        .is_ok_and(|c| c == format!("sleep\0{marker}\0").as_bytes())
+                })
+                .count()
+        };
+        let until = |done: &dyn Fn() -> bool| {
+            (0..500).any(|_| {
+                done() || {
+                    std::thread::sleep(std::time::Duration::from_millis(10));
+                    false
+                }
+            })
+        };
+        let started = until(&|| dir.path().join("ready").exists() && sleepers() == 2);
+        if !started {
+            let _ = root.kill();
+        }
+        assert!(started, "the tree did not start");
+        kill_tree_below(root.id() as libc::pid_t);
+        let gone = until(&|| sleepers() == 0);
+        let root_alive = root.try_wait().unwrap().is_none();
+        let _ = root.kill();
+        let _ = root.wait();
+        assert!(gone, "{} sleepers left below the process", sleepers());
+        assert!(root_alive, "the process itself was killed");
     }
 
     /// A listing read short ends in part of a number, which would name another process.
