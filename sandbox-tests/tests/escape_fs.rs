@@ -1577,6 +1577,29 @@ fn escape_read_credentials_linked_from_inside_a_hidden_directory(backend: &str) 
     assert_no_secret(&secret, "links inside hidden directories", &ran);
 }
 
+/// A link inside `~/.ssh` leads through a link in the workspace to the key: the command
+/// could point that link elsewhere, and a later call would follow it unhidden (a review
+/// did). The workspace is refused, as one holding a link on the way to any location is.
+#[backends]
+fn escape_read_credentials_linked_through_the_workspace(backend: &str) {
+    let fx = Fixture::new();
+    let secret = marker("SECRET");
+    let key = fx.home("private/ssh/id_ed25519");
+    write(&key, format!("{secret} key\n"));
+    let dotfiles = fx.home("dotfiles");
+    std::fs::create_dir_all(dotfiles.join("ssh")).unwrap();
+    std::os::unix::fs::symlink(&key, dotfiles.join("ssh/id_ed25519")).unwrap();
+    write(&fx.home(".ssh/known_hosts"), "hosts\n");
+    std::os::unix::fs::symlink(dotfiles.join("ssh/id_ed25519"), fx.home(".ssh/id_ed25519"))
+        .unwrap();
+    let ran = fx
+        .chitti(backend)
+        .workspace(&dotfiles)
+        .sh(&format!("cat ~/.ssh/id_ed25519 {}", sh_quote(&key)));
+    assert_no_secret(&secret, "a link on the way in the workspace", &ran);
+    assert_eq!(ran.code, Some(125), "the workspace holds a link on the way\n{ran}");
+}
+
 #[backends]
 fn escape_read_aws_credentials(backend: &str) {
     read_credential(backend, ".aws/credentials");

@@ -61,8 +61,17 @@ const NAMED_BY_VARIABLES: &[(&str, Option<&str>)] = &[
     ("AWS_CONFIG_FILE", None),
     ("GOOGLE_APPLICATION_CREDENTIALS", None),
     ("REGISTRY_AUTH_FILE", None),
+    ("PGPASSFILE", None),
+    ("NPM_CONFIG_USERCONFIG", None),
+    ("RCLONE_CONFIG", None),
+    ("HF_TOKEN_PATH", None),
+    ("TF_CLI_CONFIG_FILE", None),
+    ("NETRC", None),
     ("CARGO_HOME", Some("credentials*")),
     ("XDG_RUNTIME_DIR", Some("containers/auth.json")),
+    ("HF_HOME", Some("token")),
+    ("CODEX_HOME", Some("auth.json")),
+    ("CLAUDE_CONFIG_DIR", Some(".credentials.json")),
 ];
 
 /// The XDG base directories, with the place under the home each stands for.
@@ -76,14 +85,23 @@ const XDG_BASES: &[(&str, &str)] = &[
 /// built-in entries under `.config`, `.local/share` and `.cache` under the XDG base
 /// directories when those are set, and the places tools' own variables name
 /// (`GNUPGHOME`, `KUBECONFIG`'s files, ...). Only absolute paths: tools read relative ones
-/// from wherever they run; only places that exist now. Read once, before any fork.
+/// from wherever they run. Read once, before any fork; each call hides those that exist
+/// as it starts.
 pub fn named_by_environment(
     home: &Path,
     var: impl Fn(&str) -> Option<std::ffi::OsString>,
 ) -> Vec<PathBuf> {
+    // Absolute, or from the home (`~/...`, which many of these tools expand themselves);
+    // spelled as its components (`dir/`, `dir/.`: a trailing slash would make a link on
+    // the way look like what it leads to).
     let absolute = |value: std::ffi::OsString| {
         let path = PathBuf::from(value);
-        path.is_absolute().then_some(path)
+        let path = match path.strip_prefix("~") {
+            Ok(rest) => home.join(rest),
+            Err(_) => path,
+        };
+        path.is_absolute()
+            .then(|| path.components().collect::<PathBuf>())
     };
     let mut out = Vec::new();
     for (name, default) in XDG_BASES {
@@ -109,12 +127,8 @@ pub fn named_by_environment(
     }
     // A list of files, as `PATH` lists directories.
     if let Some(list) = var("KUBECONFIG") {
-        out.extend(std::env::split_paths(&list).filter(|p| p.is_absolute()));
+        out.extend(std::env::split_paths(&list).filter_map(|p| absolute(p.into_os_string())));
     }
-    // Only what is there: these places may lie in a workspace (a `CARGO_HOME` in the
-    // project, say), where a location not there yet would refuse every call, though it
-    // holds nothing to read.
-    out.retain(|path| std::fs::symlink_metadata(path).is_ok());
     out
 }
 
@@ -154,8 +168,8 @@ pub fn builtin(home: &Path, chitti_dirs: &[PathBuf]) -> Vec<PathBuf> {
     out
 }
 
-/// Where the symbolic links inside the hidden directory `dir` lead (resolved; two levels
-/// deep, the first 256 entries): the same secrets under their other names. A dotfiles
+/// The symbolic links inside the hidden directory `dir` (two levels deep, the first 256
+/// entries), which lead to the same secrets under their other names. A dotfiles
 /// manager links each file of `~/.ssh` on its own where the directory itself is real, and
 /// `~/.kube/config` is often a link to one cluster's file. Targets that hold the home
 /// (a link to `~` or `/`) are left out: no secret store, and hiding them would hide
@@ -172,13 +186,13 @@ pub fn links_within(dir: &Path, home: &Path) -> Vec<PathBuf> {
             budget -= 1;
             let path = at.join(name);
             match kind {
-                crate::dir_entries::EntryKind::Symlink => {
-                    if let Ok(target) = std::fs::canonicalize(&path) {
-                        if !home.starts_with(&target) && !target.starts_with(dir) {
-                            targets.push(target);
-                        }
-                    }
-                }
+                // The link itself, which the search follows name by name as it follows
+                // any location: a link on the way in a workspace, or one leading nowhere
+                // into it, is refused there.
+                crate::dir_entries::EntryKind::Symlink => match std::fs::canonicalize(&path) {
+                    Ok(target) if home.starts_with(&target) || target.starts_with(dir) => {}
+                    _ => targets.push(path),
+                },
                 crate::dir_entries::EntryKind::Dir if depth < 1 => dirs.push((path, depth + 1)),
                 _ => {}
             }
@@ -241,7 +255,14 @@ mod tests {
         std::os::unix::fs::symlink("known_hosts", ssh.join("inside")).unwrap();
         let mut found = links_within(&ssh, &home);
         found.sort();
-        assert_eq!(found, [dotfiles.join("deep"), dotfiles.join("id_ed25519")]);
+        assert_eq!(
+            found,
+            [
+                ssh.join("dangling"),
+                ssh.join("id_ed25519"),
+                ssh.join("keys/deep")
+            ]
+        );
     }
 
     /// Tools told by the environment to keep their credentials elsewhere have them hidden
@@ -288,11 +309,8 @@ mod tests {
         ] {
             assert!(found.contains(&expected), "{expected:?} not in {found:?}");
         }
-        // The defaults are in the built-in list already; relative places are not taken,
-        // nor places not there (`xdg/op`, `cargo/credentials`).
+        // The defaults are in the built-in list already; relative places are not taken.
         assert!(!found.iter().any(|p| p.starts_with(&home)), "{found:?}");
-        assert!(!found.contains(&dir.path().join("xdg/op")), "{found:?}");
-        assert!(!found.contains(&cargo.join("credentials")), "{found:?}");
         assert!(!found.iter().any(|p| p.is_relative()), "{found:?}");
     }
 

@@ -222,7 +222,15 @@ impl CredentialSearch {
             }
         }
         let mut deny_candidates = credentials::builtin(&dirs.home, &own);
-        deny_candidates.extend(dirs.named_by_environment.iter().cloned());
+        // Only what is there as this call starts: these places may lie in a workspace (a
+        // `CARGO_HOME` in the project, say), where a location not there yet would refuse
+        // every call, though it holds nothing to read.
+        deny_candidates.extend(
+            dirs.named_by_environment
+                .iter()
+                .filter(|path| std::fs::symlink_metadata(path).is_ok())
+                .cloned(),
+        );
         if let Some(user_home) = &dirs.user_home {
             let own = [".config/chitti", ".local/state/chitti"].map(|d| user_home.join(d));
             deny_candidates.extend(credentials::builtin(user_home, &own));
@@ -249,7 +257,11 @@ impl CredentialSearch {
         // are hidden too, appended here and looked at as the home's entries are.
         let link_targets_from = deny_candidates.len();
         for index in 0.. {
-            let Some(path) = deny_candidates.get(index).cloned() else {
+            // As its components: `link/` would make a link look like what it leads to.
+            let Some(path) = deny_candidates
+                .get(index)
+                .map(|path| path.components().collect::<PathBuf>())
+            else {
                 break;
             };
             // What to hide (if anything exists there), and how the user would know it.
@@ -988,6 +1000,40 @@ mod tests {
                 policy.deny_read
             );
         }
+    }
+
+    /// A place the environment names is looked at on every call (a session's later call
+    /// hides one made since it started), and a trailing slash on a link to it does not
+    /// hide the link's name instead of what it leads to (a review read a key so).
+    #[test]
+    fn places_the_environment_names_are_looked_at_each_call_through_links() {
+        let dir = tempfile::tempdir().unwrap();
+        let base = dir.path().canonicalize().unwrap();
+        let ws = base.join("ws");
+        std::fs::create_dir_all(&ws).unwrap();
+        let gnupg = base.join("gnupg-real");
+        std::fs::create_dir_all(&gnupg).unwrap();
+        std::os::unix::fs::symlink(&gnupg, base.join("gnupg-link")).unwrap();
+        let later = base.join("aws-credentials");
+        let dirs = ChittiDirs {
+            named_by_environment: vec![
+                PathBuf::from(format!("{}/gnupg-link/", base.display())),
+                later.clone(),
+            ],
+            ..dirs_in(&base)
+        };
+        let profile = profile::load("workspace-write", None).unwrap();
+        let resolve = || {
+            Policy::resolve(&profile, &ws, &Overrides::default(), &dirs, Vec::new())
+                .unwrap()
+                .deny_read
+        };
+        let first = resolve();
+        assert!(first.contains(&gnupg), "{first:?}");
+        assert!(!first.contains(&later), "{first:?}");
+        std::fs::write(&later, "secret").unwrap();
+        let second = resolve();
+        assert!(second.contains(&later), "{second:?}");
     }
 
     #[test]
