@@ -15,6 +15,7 @@
 use std::path::{Path, PathBuf};
 
 fn main() {
+    source_id();
     let order = Path::new("scripts/startup-order.txt");
     println!("cargo:rerun-if-changed={}", order.display());
     println!("cargo:rerun-if-env-changed=RUSTC_LINKER");
@@ -59,6 +60,53 @@ fn main() {
     ] {
         println!("cargo:rustc-link-arg-bin=chitti=-Xlinker");
         println!("cargo:rustc-link-arg-bin=chitti={arg}");
+    }
+}
+
+/// Names the sources this build is made from (`CHITTI_SOURCE_ID`, a hash of every file
+/// under `src/` and `profiles/` and of the manifest and lock file): `chitti` and
+/// `chitti-agent`, two binaries, must come from one build, or a session (`chitti mcp`)
+/// would run older sandbox code than `chitti sandbox exec` after a partial upgrade.
+fn source_id() {
+    use std::hash::Hasher;
+    let mut files = Vec::new();
+    for top in ["src", "profiles", "Cargo.toml", "Cargo.lock", "build.rs"] {
+        println!("cargo:rerun-if-changed={top}");
+        collect_files(Path::new(top), &mut files);
+    }
+    files.sort();
+    // FNV-1a: the same on every toolchain (std's hasher may change between releases).
+    let mut hash = Fnv(0xcbf2_9ce4_8422_2325);
+    for file in &files {
+        hash.write(file.to_string_lossy().as_bytes());
+        hash.write(&std::fs::read(file).unwrap_or_default());
+    }
+    println!("cargo:rustc-env=CHITTI_SOURCE_ID={:016x}", hash.finish());
+}
+
+struct Fnv(u64);
+
+impl std::hash::Hasher for Fnv {
+    fn write(&mut self, bytes: &[u8]) {
+        for byte in bytes {
+            self.0 = (self.0 ^ u64::from(*byte)).wrapping_mul(0x0100_0000_01b3);
+        }
+    }
+
+    fn finish(&self) -> u64 {
+        self.0
+    }
+}
+
+fn collect_files(path: &Path, out: &mut Vec<PathBuf>) {
+    match std::fs::read_dir(path) {
+        Ok(entries) => {
+            for entry in entries.flatten() {
+                collect_files(&entry.path(), out);
+            }
+        }
+        Err(_) if path.is_file() => out.push(path.to_path_buf()),
+        Err(_) => {}
     }
 }
 

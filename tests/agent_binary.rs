@@ -158,3 +158,44 @@ fn doctor_tells_a_usable_agent_binary_from_one_that_cannot_serve() {
         .unwrap_or_default();
     assert!(problem.contains("--version"), "{report}");
 }
+
+/// `chitti` hands `chitti-agent` the name of the sources it was built from, and an agent
+/// built from others refuses to serve (a review ran a session on an older agent binary,
+/// with older sandbox code, beside a newer chitti); doctor says so.
+#[test]
+fn an_agent_binary_from_another_build_refuses_to_serve() {
+    let dir = fresh_dir("source-id");
+    let chitti = copy_chitti(&dir);
+    let record = dir.join("record");
+    let script = format!(
+        "#!/bin/sh\nprintf '%s' \"$CHITTI_AGENT_EXPECTS\" > '{}'\nexit 7\n",
+        record.display()
+    );
+    std::fs::write(dir.join("chitti-agent"), script).unwrap();
+    std::fs::set_permissions(
+        dir.join("chitti-agent"),
+        std::fs::Permissions::from_mode(0o755),
+    )
+    .unwrap();
+    let out = run(&chitti, &["mcp"], Path::new("/usr/bin:/bin"));
+    assert_eq!(out.status.code(), Some(7));
+    let handed = std::fs::read_to_string(&record).expect("the agent ran");
+    assert_eq!(handed, chitti::cli::agent_binary::SOURCE_ID);
+
+    let agent = chitti_bin().with_file_name("chitti-agent");
+    let out = Command::new(&agent)
+        .args(["mcp"])
+        .env("CHITTI_AGENT_EXPECTS", "0000000000000000")
+        .output()
+        .expect("start chitti-agent");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(126), "{stderr}");
+    assert!(stderr.contains("built from other sources"), "{stderr}");
+    // Started by its own chitti, or by hand, it serves.
+    let out = Command::new(&agent)
+        .arg("--version")
+        .env("CHITTI_AGENT_EXPECTS", chitti::cli::agent_binary::SOURCE_ID)
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+}

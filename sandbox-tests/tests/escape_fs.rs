@@ -1597,7 +1597,11 @@ fn escape_read_credentials_linked_through_the_workspace(backend: &str) {
         .workspace(&dotfiles)
         .sh(&format!("cat ~/.ssh/id_ed25519 {}", sh_quote(&key)));
     assert_no_secret(&secret, "a link on the way in the workspace", &ran);
-    assert_eq!(ran.code, Some(125), "the workspace holds a link on the way\n{ran}");
+    assert_eq!(
+        ran.code,
+        Some(125),
+        "the workspace holds a link on the way\n{ran}"
+    );
 }
 
 #[backends]

@@ -17,6 +17,33 @@ use std::path::PathBuf;
 /// The agent binary's file name, beside chitti's own.
 pub const FILE_NAME: &str = "chitti-agent";
 
+/// Which sources this binary was built from (see build.rs): `chitti` hands it to
+/// `chitti-agent` in [`EXPECTS`], which refuses to serve when its own differs.
+pub const SOURCE_ID: &str = env!("CHITTI_SOURCE_ID");
+
+/// The variable that carries `chitti`'s [`SOURCE_ID`] to `chitti-agent`.
+pub const EXPECTS: &str = "CHITTI_AGENT_EXPECTS";
+
+/// In `chitti-agent`, before anything else (one thread yet): whether it was built with the
+/// `chitti` that started it, if one did. Takes the variable out of the environment, so
+/// that nothing this process starts sees it.
+pub fn built_with_its_chitti() -> Result<(), String> {
+    let Some(expected) = std::env::var_os(EXPECTS) else {
+        return Ok(());
+    };
+    std::env::remove_var(EXPECTS);
+    if expected == SOURCE_ID {
+        return Ok(());
+    }
+    Err(format!(
+        "{FILE_NAME} was built from other sources than the chitti that started it (source \
+         {} there, {SOURCE_ID} here): after a partial upgrade a session would run other \
+         sandbox code than `chitti sandbox exec`. Install both from one build: `cargo \
+         install --path .`, or copy both binaries of one `cargo build --release`",
+        expected.to_string_lossy()
+    ))
+}
+
 /// Exit status when `chitti-agent` is not there, as a shell reports a missing program.
 const NOT_FOUND: i32 = 127;
 /// Exit status when it is there but could not be started.
@@ -46,6 +73,7 @@ pub fn exec(subcommand: &str) -> i32 {
     let error = std::process::Command::new(&path)
         .arg0(arg0)
         .args(args)
+        .env(EXPECTS, SOURCE_ID)
         .exec();
     let (status, hint) = if error.kind() == ErrorKind::NotFound {
         (

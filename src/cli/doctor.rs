@@ -169,6 +169,7 @@ fn mounts_blocker() -> Option<&'static str> {
 fn agent_binary_problem(path: &std::path::Path) -> Option<String> {
     let child = std::process::Command::new(path)
         .arg("--version")
+        .env(super::agent_binary::EXPECTS, super::agent_binary::SOURCE_ID)
         .stdin(std::process::Stdio::null())
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::null())
@@ -194,6 +195,13 @@ fn agent_binary_problem(path: &std::path::Path) -> Option<String> {
     };
     let expected = format!("chitti {}", env!("CARGO_PKG_VERSION"));
     let said = String::from_utf8_lossy(&out.stdout);
+    if out.status.code() == Some(126) {
+        return Some(
+            "it was built from other sources than this chitti (a partial upgrade?): \
+                     install both from one build"
+                .into(),
+        );
+    }
     if !out.status.success() {
         return Some(format!("`--version` failed ({})", out.status));
     }
