@@ -14,11 +14,17 @@ use super::AfterCall;
 use crate::bounded_read::{read_at_most, Bounded};
 use crate::canonical::canonicalize;
 
+/// A gitlink: its path, as git stores it (bytes, `/`-separated), and the commit it records
+/// (lowercase hex; empty where not known).
+type Gitlink = (Vec<u8>, String);
+
 /// What one git index file says about nested repositories.
 #[derive(Debug, Default, PartialEq, Eq)]
 struct IndexGitlinks {
     /// The gitlink paths (mode 160000), as git stores them: bytes, `/`-separated.
     paths: Vec<Vec<u8>>,
+    /// The commit each gitlink records (lowercase hex), in the order of `paths`.
+    ids: Vec<String>,
     /// Whether git reads more into it than its entries one after another: a split index
     /// (whose entries may replace a shared index's), a sparse one (whose directories git
     /// expands from its objects), an entry offset table (entries read from where it
@@ -102,14 +108,16 @@ fn parse_index(input: std::fs::File, len: u64, id_len: usize) -> Result<IndexGit
     if !(2..=4).contains(&version) {
         return bad("unknown version");
     }
-    let Some((paths, odd_entries)) = parse_entries(&mut index, version, count, id_len) else {
+    let Some((links, odd_entries)) = parse_entries(&mut index, version, count, id_len) else {
         return bad("entries do not parse");
     };
     let Some(odd_extensions) = extensions_need_git(&mut index, len, id_len) else {
         return bad("extensions do not parse");
     };
+    let (paths, ids) = links.into_iter().unzip();
     Ok(IndexGitlinks {
         paths,
+        ids,
         needs_git: odd_entries || odd_extensions || ends_with_eoie(&index, len, id_len),
     })
 }
@@ -122,7 +130,7 @@ fn parse_entries(
     version: u32,
     count: u32,
     id_len: usize,
-) -> Option<(Vec<Vec<u8>>, bool)> {
+) -> Option<(Vec<Gitlink>, bool)> {
     let mut prev: Vec<u8> = Vec::new();
     let mut out = Vec::new();
     let mut odd = false;
@@ -130,7 +138,8 @@ fn parse_entries(
         let start = index.pos;
         index.skip(24)?; // ctime, mtime, dev, ino
         let mode = index.u32()?;
-        index.skip(12 + id_len as u64)?; // uid, gid, size, object id
+        index.skip(12)?; // uid, gid, size
+        let id = index.exact(id_len)?;
         let flags = u16::from_be_bytes(index.bytes::<2>()?);
         // Extended flags follow wherever the bit is set, in any version, as git reads them.
         if flags & 0x4000 != 0 {
@@ -176,7 +185,7 @@ fn parse_entries(
         };
         // As git tests it (`S_ISGITLINK`): the type bits only, whatever else is set.
         if mode & 0o170000 == 0o160000 {
-            out.push(path.clone());
+            out.push((path.clone(), hex(&id)));
         }
         odd |= mode & 0o170000 == 0o040000 || path.is_empty();
         prev = path;
@@ -688,35 +697,64 @@ impl NestedRepoGuard {
                 return;
             }
         };
-        for link in links {
+        for (link, id) in links {
+            self.follow_gitlink(
+                work_dir, &link, &id, depth, enclosing, seen, found, problems,
+            );
+        }
+    }
+
+    /// Follows one gitlink `link` (recording the commit `id`) of the index or commit read
+    /// from `work_dir`: judges the repository it leads to, follows that one's gitlinks,
+    /// and those of the commit it records where that is not the one checked out.
+    #[allow(clippy::too_many_arguments)]
+    fn follow_gitlink(
+        &self,
+        work_dir: &Path,
+        link: &[u8],
+        id: &str,
+        depth: usize,
+        enclosing: bool,
+        seen: &mut Walked,
+        found: &mut Vec<Found>,
+        problems: &mut Vec<String>,
+    ) {
+        if depth > MAX_DEPTH {
+            problems.push(format!(
+                "nested repositories deeper than {MAX_DEPTH} levels under {} not checked",
+                work_dir.display()
+            ));
+            return;
+        }
+        {
             // Git checks index paths only when it adds them: reading an index, it takes a
             // path as it is (`./sub`, `x/../sub`, `sub/`) and the kernel resolves it. So
             // does chitti (symlinks too, which git would not enter: stricter).
-            let sub_work = match canonicalize(&work_dir.join(std::ffi::OsStr::from_bytes(&link))) {
+            let sub_work = match canonicalize(&work_dir.join(std::ffi::OsStr::from_bytes(link))) {
                 Ok(sub_work) => sub_work,
                 // Nothing there: git finds nothing to enter either.
-                Err(e) if nothing_there(&e) => continue,
+                Err(e) if nothing_there(&e) => return,
                 // Anything else (a path over PATH_MAX, which git may still reach by
                 // relative steps) is not checked: the call fails.
                 Err(e) => {
                     problems.push(format!(
                         "nested repository {} under {} not checked: {e}",
-                        String::from_utf8_lossy(&link),
+                        String::from_utf8_lossy(link),
                         work_dir.display()
                     ));
-                    continue;
+                    return;
                 }
             };
             let sub_git = match git_dir_of(&sub_work) {
                 Ok(Some(dir)) => dir,
-                Ok(None) => continue,
+                Ok(None) => return,
                 Err(e) => {
                     problems.push(format!("nested repository not checked: {e}"));
-                    continue;
+                    return;
                 }
             };
             if enclosing && !self.inside_roots(&sub_work) && !self.inside_roots(&sub_git) {
-                continue;
+                return;
             }
             // Outside every writable root chitti moves nothing, but the sandbox of a call
             // running beside this one may write there (its private TMPDIR): judged by what
@@ -759,6 +797,28 @@ impl NestedRepoGuard {
             // work tree (the top's, another gitlink's) or place outside the roots it also
             // serves: its gitlinks are followed from here too.
             self.gitlinks_of(&sub_work, &sub_git, depth + 1, false, seen, found, problems);
+            // `git submodule update` checks out the commit this gitlink records, not the
+            // one checked out there: where they differ, the gitlinks of that commit's tree
+            // are where git goes next (a review staged a commit whose tree named a
+            // repository it had planted in the submodule).
+            if !id.is_empty()
+                && self.inside_roots(&sub_work)
+                && head_commit(&sub_git).as_deref() != Some(id)
+                && seen.commits.insert((sub_git.clone(), id.to_string()))
+            {
+                for (inner, inner_id) in gitlinks_in_commit(&sub_git, id) {
+                    self.follow_gitlink(
+                        &sub_work,
+                        &inner,
+                        &inner_id,
+                        depth + 1,
+                        false,
+                        seen,
+                        found,
+                        problems,
+                    );
+                }
+            }
         }
     }
 
@@ -978,6 +1038,8 @@ struct Walked {
     modules_walked: HashSet<PathBuf>,
     /// Entries looked at under `modules` directories, against [`MAX_FOLLOWED`].
     module_entries: usize,
+    /// Repositories and recorded commits whose trees' gitlinks were followed.
+    commits: HashSet<(PathBuf, String)>,
 }
 
 /// A writable root's own repository.
@@ -1225,19 +1287,84 @@ fn hooks_changed(guard: &NestedRepoGuard, hooks: &Path) -> bool {
         .unwrap_or(false)
 }
 
-/// The gitlinks of a repository's index as git sees them: read here where the index is
-/// plain, else (or where its object ids' length is not known, or it does not parse here)
-/// listed by git itself.
-fn read_gitlinks(git_dir: &Path, work_dir: &Path) -> Result<Vec<Vec<u8>>, String> {
+/// The gitlinks of a repository's index as git sees them, each with the commit it records
+/// (lowercase hex): read here where the index is plain, else (or where its object ids'
+/// length is not known, or it does not parse here) listed by git itself.
+fn read_gitlinks(git_dir: &Path, work_dir: &Path) -> Result<Vec<Gitlink>, String> {
     let index = git_dir.join("index");
     let Some(id_len) = object_id_len(git_dir)? else {
         return gitlinks_by_git(git_dir, work_dir);
     };
     match read_index(&index, id_len) {
         Ok(None) => Ok(Vec::new()),
-        Ok(Some(parsed)) if !parsed.needs_git => Ok(parsed.paths),
+        Ok(Some(parsed)) if !parsed.needs_git => {
+            Ok(parsed.paths.into_iter().zip(parsed.ids).collect())
+        }
         _ => gitlinks_by_git(git_dir, work_dir),
     }
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// The commit a repository's `HEAD` names (lowercase hex), read as git reads loose and
+/// packed refs; `None` where chitti cannot tell (another ref store, a broken ref).
+fn head_commit(git_dir: &Path) -> Option<String> {
+    let common = common_dir(git_dir).unwrap_or_else(|| git_dir.to_path_buf());
+    let mut text = small_file(&git_dir.join("HEAD"))?.1;
+    for _ in 0..5 {
+        let line = std::str::from_utf8(&text).ok()?.trim_end();
+        let Some(name) = line.strip_prefix("ref: ") else {
+            let id = line.to_ascii_lowercase();
+            return (id.len() >= 40 && id.bytes().all(|b| b.is_ascii_hexdigit())).then_some(id);
+        };
+        if name.contains("..") || !name.starts_with("refs/") {
+            return None;
+        }
+        text = match small_file(&common.join(name)).or_else(|| small_file(&git_dir.join(name))) {
+            Some((_, loose)) => loose,
+            None => {
+                let (_, packed) = small_file(&common.join("packed-refs"))?;
+                let packed = String::from_utf8(packed).ok()?;
+                let id = packed.lines().find_map(|l| {
+                    let (id, refname) = l.split_once(' ')?;
+                    (refname == name).then(|| id.to_string())
+                })?;
+                id.into_bytes()
+            }
+        };
+    }
+    None
+}
+
+/// The gitlinks of the tree of `commit` in the repository `git_dir` (paths, with the
+/// commits they record), as git lists them (`git ls-tree`, run as for `ls-files`, see
+/// [`gitlinks_by_git`]); nothing where git cannot (the commit is not there: `git submodule
+/// update` then fetches it from the remote the protected config names).
+fn gitlinks_in_commit(git_dir: &Path, commit: &str) -> Vec<Gitlink> {
+    let Ok(git) = which::which("git") else {
+        return Vec::new();
+    };
+    let out = locked_down_git(&git, git_dir, None)
+        .args(["ls-tree", "-r", "-z", "--full-tree", commit])
+        .output();
+    let Some(out) = out.ok().filter(|out| out.status.success()) else {
+        return Vec::new();
+    };
+    // `MODE TYPE OBJECT<TAB>PATH`, each ended by a NUL.
+    out.stdout
+        .split(|b| *b == 0)
+        .filter_map(|record| {
+            let tab = record.iter().position(|b| *b == b'\t')?;
+            let mut fields = record[..tab].split(|b| *b == b' ');
+            let mode = u32::from_str_radix(std::str::from_utf8(fields.next()?).ok()?, 8).ok()?;
+            let id = std::str::from_utf8(fields.nth(1)?)
+                .ok()?
+                .to_ascii_lowercase();
+            (mode & 0o170000 == 0o160000).then(|| (record[tab + 1..].to_vec(), id))
+        })
+        .collect()
 }
 
 /// The length of the repository's object ids (`extensions.objectFormat`, in the config of
@@ -1278,31 +1405,23 @@ const CONFIG_MAX: u64 = 1024 * 1024;
 /// which the sandbox may have written, can make it run nothing: no system or global
 /// config, no fsmonitor, no hooks, no transport (a lazy fetch of missing objects would
 /// start one), in a bare environment.
-fn gitlinks_by_git(git_dir: &Path, work_dir: &Path) -> Result<Vec<Vec<u8>>, String> {
+fn gitlinks_by_git(git_dir: &Path, work_dir: &Path) -> Result<Vec<Gitlink>, String> {
     // Read with one thread and with several: with several git takes entries and extensions
     // from where an `EOIE`/`IEOT` says (as the host's git may, per its own config).
     let mut all = gitlinks_by_git_with(git_dir, work_dir, "index.threads=1")?;
-    for path in gitlinks_by_git_with(git_dir, work_dir, "index.threads=8")? {
-        if !all.contains(&path) {
-            all.push(path);
+    for link in gitlinks_by_git_with(git_dir, work_dir, "index.threads=8")? {
+        if !all.contains(&link) {
+            all.push(link);
         }
     }
     Ok(all)
 }
 
-fn gitlinks_by_git_with(
-    git_dir: &Path,
-    work_dir: &Path,
-    threads: &str,
-) -> Result<Vec<Vec<u8>>, String> {
-    let failed = |why: String| {
-        format!(
-            "git could not list the gitlinks of {}: {why}",
-            git_dir.display()
-        )
-    };
-    let git = which::which("git").map_err(|e| failed(e.to_string()))?;
-    let out = std::process::Command::new(git)
+/// git, run so that the repository, which the sandbox may have written, can make it run
+/// nothing (see [`gitlinks_by_git`]).
+fn locked_down_git(git: &Path, git_dir: &Path, settings: Option<&str>) -> std::process::Command {
+    let mut command = std::process::Command::new(git);
+    command
         .env_clear()
         .env("PATH", "/usr/local/bin:/usr/bin:/bin")
         .env("GIT_CONFIG_NOSYSTEM", "1")
@@ -1315,20 +1434,30 @@ fn gitlinks_by_git_with(
             "-c",
             "core.hooksPath=/dev/null",
         ])
-        .args([
-            "-c",
-            "protocol.allow=never",
-            "-c",
-            "safe.directory=*",
-            "-c",
-            threads,
-        ])
+        .args(["-c", "protocol.allow=never", "-c", "safe.directory=*"])
+        .args(settings.into_iter().flat_map(|s| ["-c", s]))
         .arg("--git-dir")
         .arg(git_dir)
+        .stdin(std::process::Stdio::null());
+    command
+}
+
+fn gitlinks_by_git_with(
+    git_dir: &Path,
+    work_dir: &Path,
+    threads: &str,
+) -> Result<Vec<Gitlink>, String> {
+    let failed = |why: String| {
+        format!(
+            "git could not list the gitlinks of {}: {why}",
+            git_dir.display()
+        )
+    };
+    let git = which::which("git").map_err(|e| failed(e.to_string()))?;
+    let out = locked_down_git(&git, git_dir, Some(threads))
         .arg("--work-tree")
         .arg(work_dir)
         .args(["ls-files", "--stage", "-z"])
-        .stdin(std::process::Stdio::null())
         .output()
         .map_err(|e| failed(e.to_string()))?;
     if !out.status.success() {
@@ -1342,9 +1471,12 @@ fn gitlinks_by_git_with(
         .split(|b| *b == 0)
         .filter_map(|record| {
             let tab = record.iter().position(|b| *b == b'\t')?;
-            let mode = std::str::from_utf8(record.split(|b| *b == b' ').next()?).ok()?;
-            let mode = u32::from_str_radix(mode, 8).ok()?;
-            (mode & 0o170000 == 0o160000).then(|| record[tab + 1..].to_vec())
+            let mut fields = record[..tab].split(|b| *b == b' ');
+            let mode = u32::from_str_radix(std::str::from_utf8(fields.next()?).ok()?, 8).ok()?;
+            let id = std::str::from_utf8(fields.next()?)
+                .ok()?
+                .to_ascii_lowercase();
+            (mode & 0o170000 == 0o160000).then(|| (record[tab + 1..].to_vec(), id))
         })
         .collect())
 }
@@ -1450,7 +1582,8 @@ mod tests {
         for version in ["2", "3", "4"] {
             git(&ws, &["update-index", "--index-version", version]);
             let links = read_gitlinks(&ws.join(".git"), &ws).unwrap();
-            assert_eq!(links, vec![b"a/b".to_vec()], "index v{version}");
+            let id = head_of(&ws.join("a/b/.git"));
+            assert_eq!(links, vec![(b"a/b".to_vec(), id)], "index v{version}");
         }
     }
 
@@ -2779,5 +2912,72 @@ mod tests {
         std::fs::write(main.join(".git/index"), forged_index(&["../wt/cache/evil"])).unwrap();
         let repairs = Box::new(guard).run();
         assert!(!ws.join("cache/evil/.git/config").exists(), "{repairs:?}");
+    }
+
+    /// `git submodule update` checks out the commit the top's index records for a
+    /// submodule: a commit made during the call whose tree has a gitlink to a repository
+    /// planted in the submodule's work tree leads git there, though no index names it yet
+    /// (a review did this). Its gitlinks are followed where that commit is not the one
+    /// checked out.
+    #[test]
+    fn the_gitlinks_of_a_submodule_s_recorded_commit_are_checked() {
+        let (_dir, ws) = workspace_repo();
+        add_submodule(&ws, "sub");
+        let sub = ws.join("sub");
+        let guard = NestedRepoGuard::before(std::slice::from_ref(&ws));
+        evil_repo(&sub.join("inner"));
+        let inner_head = head_of(&sub.join("inner/.git"));
+        let index = ws.join("scratch-index");
+        let with_index = |args: &[&str]| {
+            let out = Command::new("git")
+                .args(["-c", "user.name=t", "-c", "user.email=t@t"])
+                .args(args)
+                .current_dir(&sub)
+                .env("GIT_INDEX_FILE", &index)
+                .env("GIT_CONFIG_NOSYSTEM", "1")
+                .env("HOME", &sub)
+                .output()
+                .unwrap();
+            assert!(
+                out.status.success(),
+                "{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            String::from_utf8(out.stdout).unwrap().trim().to_string()
+        };
+        with_index(&["read-tree", "HEAD"]);
+        with_index(&[
+            "update-index",
+            "--add",
+            "--cacheinfo",
+            &format!("160000,{inner_head},inner"),
+        ]);
+        let tree = with_index(&["write-tree"]);
+        let commit = with_index(&["commit-tree", &tree, "-p", "HEAD", "-m", "x"]);
+        std::fs::remove_file(&index).unwrap();
+        git(
+            &ws,
+            &[
+                "update-index",
+                "--cacheinfo",
+                &format!("160000,{commit},sub"),
+            ],
+        );
+        let repairs = Box::new(guard).run();
+        assert!(!sub.join("inner/.git/config").exists(), "{repairs:?}");
+    }
+
+    #[test]
+    fn head_commits_are_read_from_loose_and_packed_refs() {
+        let (_dir, ws) = workspace_repo();
+        let git_dir = ws.join(".git");
+        let head = head_of(&git_dir);
+        assert_eq!(head_commit(&git_dir).as_deref(), Some(head.as_str()));
+        git(&ws, &["pack-refs", "--all"]);
+        assert_eq!(head_commit(&git_dir).as_deref(), Some(head.as_str()));
+        git(&ws, &["checkout", "-q", "--detach"]);
+        assert_eq!(head_commit(&git_dir).as_deref(), Some(head.as_str()));
+        std::fs::write(git_dir.join("HEAD"), "ref: refs/heads/../../x\n").unwrap();
+        assert_eq!(head_commit(&git_dir), None);
     }
 }
