@@ -1286,6 +1286,51 @@ fn escape_git_hook_in_a_submodule_git_directory_without_its_work_tree(backend: &
     );
 }
 
+/// The command plants a repository in a submodule's work tree and stages, in the top's
+/// index, a submodule commit whose tree has a gitlink to it (no index names it yet): the
+/// host's `git submodule update` checks that commit out, and its `git status` then enters
+/// the planted repository (a review found this).
+#[backends]
+fn escape_git_repository_named_by_a_staged_submodule_commit(backend: &str) {
+    let fx = Fixture::new();
+    fx.init_repo();
+    let upstream = fx.outside("upstream-staged");
+    std::fs::create_dir_all(&upstream).unwrap();
+    for args in [
+        &["init", "-q", "-b", "main"][..],
+        &["commit", "-q", "--allow-empty", "-m", "lib"],
+    ] {
+        assert!(host_git(&upstream, &fx.home, args).status.success());
+    }
+    let url = upstream.to_str().unwrap();
+    fx.git(&[
+        "-c",
+        "protocol.file.allow=always",
+        "submodule",
+        "-q",
+        "add",
+        url,
+        "sub",
+    ]);
+    fx.git(&["commit", "-q", "-m", "submodule"]);
+    let pwned = fx.outside("pwned-staged-submodule-commit");
+    let ran = fx.chitti(backend).sh(&probe(&format!(
+        "export GIT_AUTHOR_NAME=a GIT_AUTHOR_EMAIL=a@x GIT_COMMITTER_NAME=a GIT_COMMITTER_EMAIL=a@x && \
+         cd sub && git init -q inner && git -C inner commit -q --allow-empty -m i && \
+         git -C inner config core.fsmonitor \"touch {p}; false\" && \
+         inner=$(git -C inner rev-parse HEAD) && export GIT_INDEX_FILE=$PWD/../.scratch-index && \
+         git read-tree HEAD && git update-index --add --cacheinfo 160000,$inner,inner && \
+         x=$(git commit-tree $(git write-tree) -p HEAD -m update) && git update-ref refs/heads/agent $x && \
+         rm -f \"$GIT_INDEX_FILE\" && unset GIT_INDEX_FILE && cd .. && \
+         git update-index --cacheinfo 160000,$x,sub",
+        p = sh_quote(&pwned)
+    )));
+    ran.assert_probe_ran();
+    let _ = host_git(&fx.ws, &fx.home, &["submodule", "-q", "update"]);
+    let _ = host_git(&fx.ws, &fx.home, &["status", "--short"]);
+    assert_absent(&pwned, "a repository a staged submodule commit names", &ran);
+}
+
 /// Two calls at once in a workspace that is no repository yet: the first makes one at the
 /// root with a `core.fsmonitor` and waits until the second has started; the second must
 /// not take that repository for the workspace's own and put its config back after the
