@@ -699,7 +699,7 @@ impl NestedRepoGuard {
         };
         for (link, id) in links {
             self.follow_gitlink(
-                work_dir, &link, &id, depth, enclosing, seen, found, problems,
+                work_dir, git_dir, &link, &id, depth, enclosing, seen, found, problems,
             );
         }
     }
@@ -711,6 +711,7 @@ impl NestedRepoGuard {
     fn follow_gitlink(
         &self,
         work_dir: &Path,
+        parent_git: &Path,
         link: &[u8],
         id: &str,
         depth: usize,
@@ -747,7 +748,44 @@ impl NestedRepoGuard {
             };
             let sub_git = match git_dir_of(&sub_work) {
                 Ok(Some(dir)) => dir,
-                Ok(None) => return,
+                Ok(None) => {
+                    // No repository checked out there: `git submodule update` takes up a
+                    // git directory under the parent's `modules` and checks the recorded
+                    // commit out into this folder. Where the folder holds something already
+                    // (a repository planted there waits for a gitlink to name it: a review
+                    // removed the submodule's `.git` and staged such a commit), that
+                    // commit's gitlinks are followed from every such git directory.
+                    let holds_something = std::fs::read_dir(&sub_work)
+                        .is_ok_and(|mut entries| entries.next().is_some());
+                    if !id.is_empty() && self.inside_roots(&sub_work) && holds_something {
+                        let common = common_dir(parent_git)
+                            .and_then(|dir| canonicalize(&dir).ok())
+                            .unwrap_or_else(|| parent_git.to_path_buf());
+                        let mut modules = module_git_dirs(parent_git);
+                        if common != parent_git {
+                            modules.extend(module_git_dirs(&common));
+                        }
+                        for module in modules {
+                            if !seen.commits.insert((module.clone(), id.to_string())) {
+                                continue;
+                            }
+                            for (inner, inner_id) in gitlinks_in_commit(&module, id) {
+                                self.follow_gitlink(
+                                    &sub_work,
+                                    &module,
+                                    &inner,
+                                    &inner_id,
+                                    depth + 1,
+                                    false,
+                                    seen,
+                                    found,
+                                    problems,
+                                );
+                            }
+                        }
+                    }
+                    return;
+                }
                 Err(e) => {
                     problems.push(format!("nested repository not checked: {e}"));
                     return;
@@ -809,6 +847,7 @@ impl NestedRepoGuard {
                 for (inner, inner_id) in gitlinks_in_commit(&sub_git, id) {
                     self.follow_gitlink(
                         &sub_work,
+                        &sub_git,
                         &inner,
                         &inner_id,
                         depth + 1,
@@ -1309,33 +1348,91 @@ fn hex(bytes: &[u8]) -> String {
 }
 
 /// The commit a repository's `HEAD` names (lowercase hex), read as git reads loose and
-/// packed refs; `None` where chitti cannot tell (another ref store, a broken ref).
+/// packed refs; `None` wherever chitti might read it otherwise than git (a ref that is a
+/// symlink or not a small regular file, a ref in two places, a name twice in
+/// `packed-refs`, another ref store), so that the caller looks at the commit anyway (a
+/// review had chitti read a `packed-refs` line where git followed a symlinked loose ref).
 fn head_commit(git_dir: &Path) -> Option<String> {
     let common = common_dir(git_dir).unwrap_or_else(|| git_dir.to_path_buf());
-    let mut text = small_file(&git_dir.join("HEAD"))?.1;
+    let plain = |path: &Path| -> Result<Option<Vec<u8>>, ()> {
+        match std::fs::symlink_metadata(path) {
+            Err(e) if nothing_there(&e) => Ok(None),
+            Ok(meta) if meta.is_file() && meta.len() <= 4096 => {
+                small_file(path).map(|(_, text)| Some(text)).ok_or(())
+            }
+            _ => Err(()),
+        }
+    };
+    let mut text = plain(&git_dir.join("HEAD")).ok()??;
     for _ in 0..5 {
-        let line = std::str::from_utf8(&text).ok()?.trim_end();
+        let line = std::str::from_utf8(&text).ok()?.strip_suffix('\n')?;
         let Some(name) = line.strip_prefix("ref: ") else {
             let id = line.to_ascii_lowercase();
-            return (id.len() >= 40 && id.bytes().all(|b| b.is_ascii_hexdigit())).then_some(id);
+            let hex = matches!(id.len(), 40 | 64) && id.bytes().all(|b| b.is_ascii_hexdigit());
+            return hex.then_some(id);
         };
-        if name.contains("..") || !name.starts_with("refs/") {
+        if name
+            .split('/')
+            .any(|part| part.is_empty() || part.starts_with('.'))
+            || !name.starts_with("refs/")
+        {
             return None;
         }
-        text = match small_file(&common.join(name)).or_else(|| small_file(&git_dir.join(name))) {
-            Some((_, loose)) => loose,
-            None => {
-                let (_, packed) = small_file(&common.join("packed-refs"))?;
+        let in_common = plain(&common.join(name)).ok()?;
+        let in_own = if common == git_dir {
+            None
+        } else {
+            plain(&git_dir.join(name)).ok()?
+        };
+        text = match (in_common, in_own) {
+            (Some(_), Some(_)) => return None,
+            (Some(loose), None) | (None, Some(loose)) => loose,
+            (None, None) => {
+                let packed = plain(&common.join("packed-refs")).ok()??;
                 let packed = String::from_utf8(packed).ok()?;
-                let id = packed.lines().find_map(|l| {
+                let mut ids = packed.lines().filter_map(|l| {
                     let (id, refname) = l.split_once(' ')?;
-                    (refname == name).then(|| id.to_string())
-                })?;
+                    (refname == name).then(|| format!("{id}\n"))
+                });
+                let id = ids.next()?;
+                if ids.next().is_some() {
+                    return None;
+                }
                 id.into_bytes()
             }
         };
     }
     None
+}
+
+/// The git directories under `git_dir`'s `modules` (at any depth, their own `modules`
+/// too; at most [`MAX_FOLLOWED`] entries looked at).
+fn module_git_dirs(git_dir: &Path) -> Vec<PathBuf> {
+    let mut found = Vec::new();
+    let mut dirs = vec![git_dir.join("modules")];
+    let mut looked = 0;
+    while let Some(dir) = dirs.pop() {
+        let Ok(entries) = std::fs::read_dir(&dir) else {
+            continue;
+        };
+        for entry in entries.flatten() {
+            looked += 1;
+            if looked > MAX_FOLLOWED {
+                return found;
+            }
+            let path = entry.path();
+            if !path.is_dir() {
+                continue;
+            }
+            if is_git_dir(&path) {
+                dirs.push(path.join("modules"));
+                found.push(path);
+            } else {
+                dirs.push(path);
+            }
+        }
+    }
+    found
 }
 
 /// The gitlinks of the tree of `commit` in the repository `git_dir` (paths, with the
@@ -2979,5 +3076,68 @@ mod tests {
         assert_eq!(head_commit(&git_dir).as_deref(), Some(head.as_str()));
         std::fs::write(git_dir.join("HEAD"), "ref: refs/heads/../../x\n").unwrap();
         assert_eq!(head_commit(&git_dir), None);
+        // Where git could read it otherwise: a symlinked or huge loose ref (a review
+        // had chitti fall back to `packed-refs`, whose line named another commit).
+        std::fs::write(git_dir.join("HEAD"), "ref: refs/heads/main\n").unwrap();
+        let main = git_dir.join("refs/heads/main");
+        std::fs::write(git_dir.join("elsewhere"), format!("{head}\n")).unwrap();
+        std::os::unix::fs::symlink(git_dir.join("elsewhere"), &main).unwrap();
+        assert_eq!(head_commit(&git_dir), None);
+        std::fs::remove_file(&main).unwrap();
+        std::fs::write(&main, format!("{head}{}\n", " ".repeat(8192))).unwrap();
+        assert_eq!(head_commit(&git_dir), None);
+    }
+
+    /// A submodule whose `.git` the command removed, leaving a repository it planted in
+    /// the folder, and a staged commit naming that repository: `git submodule update` takes
+    /// up the git directory under `modules` and checks the commit out (a review did this).
+    #[test]
+    fn a_recorded_commit_is_followed_where_the_submodule_s_git_is_gone() {
+        let (_dir, ws) = workspace_repo();
+        add_submodule(&ws, "sub");
+        let sub = ws.join("sub");
+        let guard = NestedRepoGuard::before(std::slice::from_ref(&ws));
+        evil_repo(&sub.join("inner"));
+        let inner_head = head_of(&sub.join("inner/.git"));
+        let module = ws.join(".git/modules/sub");
+        let index = ws.join("scratch-index");
+        let in_module = |args: &[&str]| {
+            let out = Command::new("git")
+                .args(["-c", "user.name=t", "-c", "user.email=t@t", "--git-dir"])
+                .arg(&module)
+                .args(args)
+                .env("GIT_INDEX_FILE", &index)
+                .env("GIT_CONFIG_NOSYSTEM", "1")
+                .env("HOME", &ws)
+                .output()
+                .unwrap();
+            assert!(
+                out.status.success(),
+                "{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            String::from_utf8(out.stdout).unwrap().trim().to_string()
+        };
+        in_module(&["read-tree", "HEAD"]);
+        in_module(&[
+            "update-index",
+            "--add",
+            "--cacheinfo",
+            &format!("160000,{inner_head},inner"),
+        ]);
+        let tree = in_module(&["write-tree"]);
+        let commit = in_module(&["commit-tree", &tree, "-p", "HEAD", "-m", "x"]);
+        std::fs::remove_file(&index).unwrap();
+        std::fs::remove_file(sub.join(".git")).unwrap();
+        git(
+            &ws,
+            &[
+                "update-index",
+                "--cacheinfo",
+                &format!("160000,{commit},sub"),
+            ],
+        );
+        let repairs = Box::new(guard).run();
+        assert!(!sub.join("inner/.git/config").exists(), "{repairs:?}");
     }
 }
