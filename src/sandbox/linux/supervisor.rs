@@ -1007,6 +1007,7 @@ unsafe fn kill_tree(own: libc::pid_t, reaped_here: bool) -> bool {
     while next < queue.len() {
         let parent = queue[next].0;
         next += 1;
+        let mut children = Vec::new();
         for child in children_of(parent) {
             let pidfd = if parent == own && reaped_here {
                 None
@@ -1016,19 +1017,26 @@ unsafe fn kill_tree(own: libc::pid_t, reaped_here: bool) -> bool {
                     continue;
                 }
                 let fd = OwnedFd::from_raw_fd(fd as RawFd);
-                // The pidfd names whatever has that number now: only the parent's child is
-                // signalled (and walked).
-                if parent_of(child) != Some(parent) {
+                // The pidfd names whatever had that number when it was opened: only the
+                // parent's child is signalled (and walked), and only if it was not reaped
+                // since (then the number read its parent from another process's entry).
+                if parent_of(child) != Some(parent) || !unreaped(&fd) {
                     continue;
                 }
                 Some(fd)
             };
-            queue.push((child, pidfd));
+            children.push((child, pidfd));
         }
+        // The listing and the parent checks named `parent` by its number: they were its
+        // own only if it has not been reaped since, as a process keeps its number until
+        // it is (a review had such a process reaped by its dying parent mid-walk, its
+        // number taken by a host process, and that one's children killed). If it has,
+        // what it left reparents to the supervisor, for the next round.
+        let (pid, pidfd) = &queue[next - 1];
+        let still_its_own = pidfd.as_ref().is_none_or(|fd| unreaped(fd));
         if parent != own {
             // Listed first, then killed: what it forks after the listing reparents here
             // when it dies, for the next round.
-            let (pid, pidfd) = &queue[next - 1];
             match pidfd {
                 Some(fd) => {
                     libc::syscall(
@@ -1045,8 +1053,17 @@ unsafe fn kill_tree(own: libc::pid_t, reaped_here: bool) -> bool {
             }
             any = true;
         }
+        if still_its_own {
+            queue.extend(children);
+        }
     }
     any
+}
+
+/// Whether the process a pidfd names has not been reaped yet (a zombie has not): until it
+/// is, no other process can have its number.
+unsafe fn unreaped(pidfd: &OwnedFd) -> bool {
+    libc::syscall(libc::SYS_pidfd_send_signal, pidfd.as_raw_fd(), 0, 0, 0) == 0
 }
 
 /// The children of every thread of `pid`.
@@ -1207,6 +1224,33 @@ mod tests {
         let _ = root.wait();
         assert!(gone, "{} sleepers left below the process", sleepers());
         assert!(root_alive, "the process itself was killed");
+    }
+
+    /// The kill walk trusts a number read from /proc only while the process it opened a
+    /// pidfd for is unreaped: a zombie counts (it keeps its number), a reaped one not.
+    #[test]
+    fn a_zombie_is_unreaped_and_a_reaped_process_is_not() {
+        let child = std::process::Command::new("true").spawn().unwrap();
+        let pid = child.id() as libc::pid_t;
+        let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
+        assert!(fd >= 0);
+        let fd = unsafe { OwnedFd::from_raw_fd(fd as RawFd) };
+        // Exited, not yet waited for: a zombie.
+        let exited = (0..500).any(|_| {
+            std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
+                stat.rsplit(')')
+                    .next()
+                    .is_some_and(|s| s.trim_start().starts_with('Z'))
+            }) || {
+                std::thread::sleep(std::time::Duration::from_millis(10));
+                false
+            }
+        });
+        assert!(exited);
+        assert!(unsafe { unreaped(&fd) });
+        let mut child = child;
+        child.wait().unwrap();
+        assert!(!unsafe { unreaped(&fd) });
     }
 
     /// A listing read short ends in part of a number, which would name another process.
