@@ -587,68 +587,28 @@ impl NestedRepoGuard {
         found: &mut Vec<Found>,
         problems: &mut Vec<String>,
     ) {
-        if !seen.modules_walked.insert(git_dir.to_path_buf()) {
-            return;
-        }
-        let mut dirs = vec![git_dir.join("modules")];
-        while let Some(dir) = dirs.pop() {
-            let entries = match std::fs::read_dir(&dir) {
-                Ok(entries) => entries,
-                Err(e) if nothing_there(&e) => continue,
-                Err(e) => {
-                    problems.push(format!(
-                        "submodule git directories in {} not checked: {e}",
-                        dir.display()
-                    ));
-                    continue;
-                }
-            };
-            for entry in entries.flatten() {
-                seen.module_entries += 1;
-                if seen.module_entries > MAX_FOLLOWED {
-                    if seen.module_entries == MAX_FOLLOWED + 1 {
-                        problems.push(format!(
-                            "more than {MAX_FOLLOWED} entries in submodule git directories' \
-                             names: the rest not checked"
-                        ));
-                    }
-                    return;
-                }
-                // Through symlinks, as git goes.
-                let Ok(path) = canonicalize(&entry.path()) else {
-                    continue;
-                };
-                if !path.is_dir() {
-                    continue;
-                }
-                if !is_git_dir(&path) {
-                    if seen.modules_walked.insert(path.clone()) {
-                        dirs.push(path);
-                    }
-                    continue;
-                }
-                if !seen.judged.insert(path.clone()) {
-                    continue;
-                }
-                if !self.inside_roots(&path) {
-                    if let Some(why) = could_run_code(&path, None) {
-                        problems.push(format!(
-                            "submodule git directory {}, named from {}, lies outside the \
-                             writable roots, where chitti moves nothing, and {why}",
-                            path.display(),
-                            dir.display()
-                        ));
-                    }
-                    continue;
-                }
-                found.push(Found {
-                    label: format!("submodule git directory {}", path.display()),
-                    work_tree: module_work_tree(&path, work_tree),
-                    git_dir: path,
-                    dot_git: None,
-                    kind: Kind::Module,
-                });
+        for path in module_git_dirs(git_dir, seen, problems) {
+            if !seen.judged.insert(path.clone()) {
+                continue;
             }
+            if !self.inside_roots(&path) {
+                if let Some(why) = could_run_code(&path, None) {
+                    problems.push(format!(
+                        "submodule git directory {} (under {}) lies outside the writable \
+                         roots, where chitti moves nothing, and {why}",
+                        path.display(),
+                        git_dir.join("modules").display()
+                    ));
+                }
+                continue;
+            }
+            found.push(Found {
+                label: format!("submodule git directory {}", path.display()),
+                work_tree: module_work_tree(&path, work_tree),
+                git_dir: path,
+                dot_git: None,
+                kind: Kind::Module,
+            });
         }
     }
 
@@ -761,9 +721,15 @@ impl NestedRepoGuard {
                         let common = common_dir(parent_git)
                             .and_then(|dir| canonicalize(&dir).ok())
                             .unwrap_or_else(|| parent_git.to_path_buf());
-                        let mut modules = module_git_dirs(parent_git);
-                        if common != parent_git {
-                            modules.extend(module_git_dirs(&common));
+                        // Walked afresh (the check's own walk may have passed these),
+                        // nested modules included; what cannot be listed is said there.
+                        let mut walked = Walked::default();
+                        let mut modules = Vec::new();
+                        let mut from = vec![parent_git.to_path_buf(), common];
+                        while let Some(dir) = from.pop() {
+                            let more = module_git_dirs(&dir, &mut walked, &mut Vec::new());
+                            from.extend(more.iter().cloned());
+                            modules.extend(more);
                         }
                         for module in modules {
                             if !seen.commits.insert((module.clone(), id.to_string())) {
@@ -1405,29 +1371,49 @@ fn head_commit(git_dir: &Path) -> Option<String> {
     None
 }
 
-/// The git directories under `git_dir`'s `modules` (at any depth, their own `modules`
-/// too; at most [`MAX_FOLLOWED`] entries looked at).
-fn module_git_dirs(git_dir: &Path) -> Vec<PathBuf> {
+/// The git directories under `git_dir`'s `modules`, canonical (at any depth: a name may
+/// hold slashes, and a directory that is no git directory is part of one; through
+/// symlinks, as git goes), each directory walked once per check and at most
+/// [`MAX_FOLLOWED`] entries looked at per check. Their own `modules` are the caller's to
+/// walk. What cannot be listed, or is past the bound, is said in `problems`.
+fn module_git_dirs(git_dir: &Path, seen: &mut Walked, problems: &mut Vec<String>) -> Vec<PathBuf> {
     let mut found = Vec::new();
+    if !seen.modules_walked.insert(git_dir.to_path_buf()) {
+        return found;
+    }
     let mut dirs = vec![git_dir.join("modules")];
-    let mut looked = 0;
     while let Some(dir) = dirs.pop() {
-        let Ok(entries) = std::fs::read_dir(&dir) else {
-            continue;
+        let entries = match std::fs::read_dir(&dir) {
+            Ok(entries) => entries,
+            Err(e) if nothing_there(&e) => continue,
+            Err(e) => {
+                problems.push(format!(
+                    "submodule git directories in {} not checked: {e}",
+                    dir.display()
+                ));
+                continue;
+            }
         };
         for entry in entries.flatten() {
-            looked += 1;
-            if looked > MAX_FOLLOWED {
+            seen.module_entries += 1;
+            if seen.module_entries > MAX_FOLLOWED {
+                if seen.module_entries == MAX_FOLLOWED + 1 {
+                    problems.push(format!(
+                        "more than {MAX_FOLLOWED} entries in submodule git directories' \
+                         names: the rest not checked"
+                    ));
+                }
                 return found;
             }
-            let path = entry.path();
+            let Ok(path) = canonicalize(&entry.path()) else {
+                continue;
+            };
             if !path.is_dir() {
                 continue;
             }
             if is_git_dir(&path) {
-                dirs.push(path.join("modules"));
                 found.push(path);
-            } else {
+            } else if seen.modules_walked.insert(path.clone()) {
                 dirs.push(path);
             }
         }
