@@ -1234,13 +1234,9 @@ fn escape_git_root_repository_with_a_work_tree_elsewhere(backend: &str) {
     );
 }
 
-/// A submodule whose name has a slash keeps its git directory two levels down in
-/// `.git/modules`. The command plants a hook there and empties the submodule's folder,
-/// as if it had never been checked out: the host's `git submodule update` takes the git
-/// directory up again and runs the hook (a review found this).
-#[backends]
-fn escape_git_hook_in_a_submodule_git_directory_without_its_work_tree(backend: &str) {
-    let fx = Fixture::new();
+/// The workspace made a repository with one submodule at `path`, from a repository of its
+/// own outside, committed.
+fn repository_with_a_submodule(fx: &Fixture, path: &str) {
     fx.init_repo();
     let upstream = fx.outside("upstream");
     std::fs::create_dir_all(&upstream).unwrap();
@@ -1258,9 +1254,19 @@ fn escape_git_hook_in_a_submodule_git_directory_without_its_work_tree(backend: &
         "-q",
         "add",
         url,
-        "libs/foo",
+        path,
     ]);
     fx.git(&["commit", "-q", "-m", "submodule"]);
+}
+
+/// A submodule whose name has a slash keeps its git directory two levels down in
+/// `.git/modules`. The command plants a hook there and empties the submodule's folder,
+/// as if it had never been checked out: the host's `git submodule update` takes the git
+/// directory up again and runs the hook (a review found this).
+#[backends]
+fn escape_git_hook_in_a_submodule_git_directory_without_its_work_tree(backend: &str) {
+    let fx = Fixture::new();
+    repository_with_a_submodule(&fx, "libs/foo");
     let pwned = fx.outside("pwned-module-hook");
     let ran = fx.chitti(backend).sh(&probe(&format!(
         "m=.git/modules/libs/foo && printf '#!/bin/sh\\ntouch %s\\n' {p} > $m/hooks/post-checkout && \
@@ -1293,26 +1299,7 @@ fn escape_git_hook_in_a_submodule_git_directory_without_its_work_tree(backend: &
 #[backends]
 fn escape_git_repository_named_by_a_staged_submodule_commit(backend: &str) {
     let fx = Fixture::new();
-    fx.init_repo();
-    let upstream = fx.outside("upstream-staged");
-    std::fs::create_dir_all(&upstream).unwrap();
-    for args in [
-        &["init", "-q", "-b", "main"][..],
-        &["commit", "-q", "--allow-empty", "-m", "lib"],
-    ] {
-        assert!(host_git(&upstream, &fx.home, args).status.success());
-    }
-    let url = upstream.to_str().unwrap();
-    fx.git(&[
-        "-c",
-        "protocol.file.allow=always",
-        "submodule",
-        "-q",
-        "add",
-        url,
-        "sub",
-    ]);
-    fx.git(&["commit", "-q", "-m", "submodule"]);
+    repository_with_a_submodule(&fx, "sub");
     let pwned = fx.outside("pwned-staged-submodule-commit");
     let ran = fx.chitti(backend).sh(&probe(&format!(
         "export GIT_AUTHOR_NAME=a GIT_AUTHOR_EMAIL=a@x GIT_COMMITTER_NAME=a GIT_COMMITTER_EMAIL=a@x && \
@@ -1339,14 +1326,34 @@ fn escape_git_repository_named_by_a_staged_submodule_commit(backend: &str) {
 #[backends]
 fn escape_git_repository_made_while_a_second_call_starts(backend: &str) {
     let fx = Fixture::new();
-    let pwned = fx.outside("pwned-made-at-once");
+    plant_while_a_second_call_starts(
+        &fx,
+        backend,
+        "pwned-made-at-once",
+        |p| format!("git init -q && git config core.fsmonitor \"touch {p}; false\""),
+        "a repository made by one call, put back by a second running at once",
+    );
+}
+
+/// A first call runs `plant` (given the quoted path of a marker outside, which the plant
+/// makes the host's git create), then waits until a second call has started (or 3 s, if
+/// that one is refused); the second outlives the first. The host's `git status` after both
+/// must not create the marker.
+fn plant_while_a_second_call_starts(
+    fx: &Fixture,
+    backend: &str,
+    marker: &str,
+    plant: impl Fn(&str) -> String,
+    what: &str,
+) {
+    let pwned = fx.outside(marker);
     let first = fx.chitti(backend).spawn(&[
         "sh",
         "-c",
         &probe(&format!(
-            "git init -q && git config core.fsmonitor \"touch {p}; false\" && touch first-planted; \
+            "{} && touch first-planted; \
              for i in $(seq 1200); do [ -e second-started ] && break; sleep 0.05; done",
-            p = sh_quote(&pwned)
+            plant(&sh_quote(&pwned))
         )),
     ]);
     assert!(
@@ -1365,11 +1372,7 @@ fn escape_git_repository_made_while_a_second_call_starts(backend: &str) {
     first.assert_probe_ran();
     let second = second.wait();
     let _ = host_git(&fx.ws, &fx.home, &["status", "--short"]);
-    assert_absent(
-        &pwned,
-        "a repository made by one call, put back by a second running at once",
-        &second,
-    );
+    assert_absent(&pwned, what, &second);
 }
 
 /// As above, but the repository the first call makes at the root is a directory older than
@@ -1378,36 +1381,18 @@ fn escape_git_repository_made_while_a_second_call_starts(backend: &str) {
 #[backends]
 fn escape_git_older_directory_renamed_to_git_while_a_second_call_starts(backend: &str) {
     let fx = Fixture::new();
-    let pwned = fx.outside("pwned-renamed-at-once");
     std::fs::create_dir(fx.ws("older")).unwrap();
-    let first = fx.chitti(backend).spawn(&[
-        "sh",
-        "-c",
-        &probe(&format!(
-            "git init -q made && cp -R made/.git/. older/ && rm -rf made && \
-             git --git-dir=older config core.fsmonitor \"touch {p}; false\" && mv older .git && \
-             touch first-planted; \
-             for i in $(seq 1200); do [ -e second-started ] && break; sleep 0.05; done",
-            p = sh_quote(&pwned)
-        )),
-    ]);
-    assert!(
-        wait_until(Duration::from_secs(60), || exists(&fx.ws("first-planted"))),
-        "the first call never planted"
-    );
-    let second = fx
-        .chitti(backend)
-        .spawn(&["sh", "-c", &probe("touch second-started; sleep 1")]);
-    let _ = wait_until(Duration::from_secs(3), || exists(&fx.ws("second-started")));
-    write(&fx.ws("second-started"), "");
-    let first = first.wait();
-    first.assert_probe_ran();
-    let second = second.wait();
-    let _ = host_git(&fx.ws, &fx.home, &["status", "--short"]);
-    assert_absent(
-        &pwned,
+    plant_while_a_second_call_starts(
+        &fx,
+        backend,
+        "pwned-renamed-at-once",
+        |p| {
+            format!(
+                "git init -q made && cp -R made/.git/. older/ && rm -rf made && \
+                 git --git-dir=older config core.fsmonitor \"touch {p}; false\" && mv older .git"
+            )
+        },
         "an older directory renamed to .git by one call, put back by a second running at once",
-        &second,
     );
 }
 

@@ -534,9 +534,13 @@ mod tests {
         assert!(followed.is_err(), "the redirect was followed");
     }
 
-    /// A reply is read up to a limit, not whole (a review had chitti buffer 600 MB).
-    #[tokio::test]
-    async fn a_reply_past_the_limit_is_refused_unread() {
+    /// A server on 127.0.0.1 that answers one request with a 200 of `content_type` and
+    /// hands the connection to `body` for the rest of the reply; its port.
+    async fn answering_once<F, Fut>(content_type: &'static str, body: F) -> u16
+    where
+        F: FnOnce(tokio::net::TcpStream) -> Fut + Send + 'static,
+        Fut: std::future::Future<Output = ()> + Send,
+    {
         use tokio::io::{AsyncReadExt, AsyncWriteExt};
         let server = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let port = server.local_addr().unwrap().port();
@@ -544,16 +548,28 @@ mod tests {
             let (mut conn, _) = server.accept().await.unwrap();
             let mut request = [0u8; 4096];
             let _ = conn.read(&mut request).await;
-            let head =
-                "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nConnection: close\r\n\r\n";
+            let head = format!(
+                "HTTP/1.1 200 OK\r\nContent-Type: {content_type}\r\nConnection: close\r\n\r\n"
+            );
             let _ = conn.write_all(head.as_bytes()).await;
+            body(conn).await;
+        });
+        port
+    }
+
+    /// A reply is read up to a limit, not whole (a review had chitti buffer 600 MB).
+    #[tokio::test]
+    async fn a_reply_past_the_limit_is_refused_unread() {
+        use tokio::io::AsyncWriteExt;
+        let port = answering_once("application/json", |mut conn| async move {
             let block = vec![b' '; 1 << 20];
             for _ in 0..(MAX_REPLY_BYTES >> 20) + 2 {
                 if conn.write_all(&block).await.is_err() {
                     return;
                 }
             }
-        });
+        })
+        .await;
         let client = client(&HttpOptions::default()).unwrap();
         let response = client
             .get(format!("http://127.0.0.1:{port}/"))
@@ -568,20 +584,13 @@ mod tests {
     /// 50 ms) ends the request at the reply's deadline.
     #[tokio::test]
     async fn a_reply_that_never_ends_stops_at_its_deadline() {
-        use tokio::io::{AsyncReadExt, AsyncWriteExt};
-        let server = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let port = server.local_addr().unwrap().port();
-        tokio::spawn(async move {
-            let (mut conn, _) = server.accept().await.unwrap();
-            let mut request = [0u8; 4096];
-            let _ = conn.read(&mut request).await;
-            let head =
-                "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nConnection: close\r\n\r\n";
-            let _ = conn.write_all(head.as_bytes()).await;
+        use tokio::io::AsyncWriteExt;
+        let port = answering_once("text/event-stream", |mut conn| async move {
             while conn.write_all(b": keep-alive\n\n").await.is_ok() {
                 tokio::time::sleep(Duration::from_millis(50)).await;
             }
-        });
+        })
+        .await;
         let options = HttpOptions {
             reply_timeout: Duration::from_secs(1),
             ..HttpOptions::default()

@@ -2997,6 +2997,50 @@ mod tests {
         assert!(!ws.join("cache/evil/.git/config").exists(), "{repairs:?}");
     }
 
+    /// Makes, in the git directory of the submodule at `path` of `ws`, a commit whose tree
+    /// adds a gitlink `inner` to the repository there (not staged in the submodule's own
+    /// index), and stages that commit for the submodule in the top's index.
+    fn stage_a_submodule_commit_naming(ws: &Path, path: &str, inner: &str) {
+        let inner_head = head_of(&ws.join(path).join(inner).join(".git"));
+        let module = ws.join(".git/modules").join(path);
+        let index = ws.join("scratch-index");
+        let in_module = |args: &[&str]| {
+            let out = Command::new("git")
+                .args(["-c", "user.name=t", "-c", "user.email=t@t", "--git-dir"])
+                .arg(&module)
+                .args(args)
+                .env("GIT_INDEX_FILE", &index)
+                .env("GIT_CONFIG_NOSYSTEM", "1")
+                .env("HOME", ws)
+                .output()
+                .unwrap();
+            assert!(
+                out.status.success(),
+                "{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            String::from_utf8(out.stdout).unwrap().trim().to_string()
+        };
+        in_module(&["read-tree", "HEAD"]);
+        in_module(&[
+            "update-index",
+            "--add",
+            "--cacheinfo",
+            &format!("160000,{inner_head},{inner}"),
+        ]);
+        let tree = in_module(&["write-tree"]);
+        let commit = in_module(&["commit-tree", &tree, "-p", "HEAD", "-m", "x"]);
+        std::fs::remove_file(&index).unwrap();
+        git(
+            ws,
+            &[
+                "update-index",
+                "--cacheinfo",
+                &format!("160000,{commit},{path}"),
+            ],
+        );
+    }
+
     /// `git submodule update` checks out the commit the top's index records for a
     /// submodule: a commit made during the call whose tree has a gitlink to a repository
     /// planted in the submodule's work tree leads git there, though no index names it yet
@@ -3009,43 +3053,7 @@ mod tests {
         let sub = ws.join("sub");
         let guard = NestedRepoGuard::before(std::slice::from_ref(&ws));
         evil_repo(&sub.join("inner"));
-        let inner_head = head_of(&sub.join("inner/.git"));
-        let index = ws.join("scratch-index");
-        let with_index = |args: &[&str]| {
-            let out = Command::new("git")
-                .args(["-c", "user.name=t", "-c", "user.email=t@t"])
-                .args(args)
-                .current_dir(&sub)
-                .env("GIT_INDEX_FILE", &index)
-                .env("GIT_CONFIG_NOSYSTEM", "1")
-                .env("HOME", &sub)
-                .output()
-                .unwrap();
-            assert!(
-                out.status.success(),
-                "{}",
-                String::from_utf8_lossy(&out.stderr)
-            );
-            String::from_utf8(out.stdout).unwrap().trim().to_string()
-        };
-        with_index(&["read-tree", "HEAD"]);
-        with_index(&[
-            "update-index",
-            "--add",
-            "--cacheinfo",
-            &format!("160000,{inner_head},inner"),
-        ]);
-        let tree = with_index(&["write-tree"]);
-        let commit = with_index(&["commit-tree", &tree, "-p", "HEAD", "-m", "x"]);
-        std::fs::remove_file(&index).unwrap();
-        git(
-            &ws,
-            &[
-                "update-index",
-                "--cacheinfo",
-                &format!("160000,{commit},sub"),
-            ],
-        );
+        stage_a_submodule_commit_naming(&ws, "sub", "inner");
         let repairs = Box::new(guard).run();
         assert!(!sub.join("inner/.git/config").exists(), "{repairs:?}");
     }
@@ -3084,45 +3092,8 @@ mod tests {
         let sub = ws.join("sub");
         let guard = NestedRepoGuard::before(std::slice::from_ref(&ws));
         evil_repo(&sub.join("inner"));
-        let inner_head = head_of(&sub.join("inner/.git"));
-        let module = ws.join(".git/modules/sub");
-        let index = ws.join("scratch-index");
-        let in_module = |args: &[&str]| {
-            let out = Command::new("git")
-                .args(["-c", "user.name=t", "-c", "user.email=t@t", "--git-dir"])
-                .arg(&module)
-                .args(args)
-                .env("GIT_INDEX_FILE", &index)
-                .env("GIT_CONFIG_NOSYSTEM", "1")
-                .env("HOME", &ws)
-                .output()
-                .unwrap();
-            assert!(
-                out.status.success(),
-                "{}",
-                String::from_utf8_lossy(&out.stderr)
-            );
-            String::from_utf8(out.stdout).unwrap().trim().to_string()
-        };
-        in_module(&["read-tree", "HEAD"]);
-        in_module(&[
-            "update-index",
-            "--add",
-            "--cacheinfo",
-            &format!("160000,{inner_head},inner"),
-        ]);
-        let tree = in_module(&["write-tree"]);
-        let commit = in_module(&["commit-tree", &tree, "-p", "HEAD", "-m", "x"]);
-        std::fs::remove_file(&index).unwrap();
+        stage_a_submodule_commit_naming(&ws, "sub", "inner");
         std::fs::remove_file(sub.join(".git")).unwrap();
-        git(
-            &ws,
-            &[
-                "update-index",
-                "--cacheinfo",
-                &format!("160000,{commit},sub"),
-            ],
-        );
         let repairs = Box::new(guard).run();
         assert!(!sub.join("inner/.git/config").exists(), "{repairs:?}");
     }
