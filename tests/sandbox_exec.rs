@@ -1071,15 +1071,27 @@ fn capabilities_are_dropped(backend: &str) {
 // ---------------------------------------------------------------------------------------
 // 7. Lifetime
 
+/// `setsid ` where the backend lets a process start a new session: landlock keeps the
+/// call's processes in one process group instead (see
+/// `landlock_keeps_the_call_in_one_process_group`).
+fn new_session(backend: &str) -> &'static str {
+    if backend == "landlock" {
+        ""
+    } else {
+        "setsid "
+    }
+}
+
 fn daemonized_process_dies_with_the_command(backend: &str) {
     let fx = Fixture::new();
     let secs = unique_sleep();
     let _reaper = SleepReaper(secs.clone());
+    let setsid = new_session(backend);
     // Each sleeper leaves a file just before it becomes `sleep`; the command waits for
     // all three, so that none can be missed by starting late.
     let ran = fx.chitti(backend).sh(&format!(
-        "setsid sh -c 'touch d1; exec sleep {secs}' & \
-         (setsid sh -c 'touch d2; exec sleep {secs}' &); \
+        "{setsid}sh -c 'touch d1; exec sleep {secs}' & \
+         ({setsid}sh -c 'touch d2; exec sleep {secs}' &); \
          nohup sh -c 'touch d3; exec sleep {secs}' >/dev/null 2>&1 & \
          while [ ! -e d1 ] || [ ! -e d2 ] || [ ! -e d3 ]; do sleep 0.05; done; \
          touch started"
@@ -1092,6 +1104,81 @@ fn daemonized_process_dies_with_the_command(backend: &str) {
     );
 }
 
+/// Without a PID namespace the call's processes stay in the process group the command
+/// leads, which the supervisor kills at once (a family forking as fast as it can outran a
+/// walk of /proc): a new session or group is refused, and so is a signal to a whole group,
+/// which could only reach the call itself. Seen from outside: the sleeper that tried
+/// both is still in the command's group and session. `timeout`, whose own group is
+/// refused, still times its command out without killing the call.
+#[test]
+fn landlock_keeps_the_call_in_one_process_group() {
+    ensure_backend("landlock");
+    let fx = Fixture::new();
+    let secs = unique_sleep();
+    let _reaper = SleepReaper(secs.clone());
+    let script = format!(
+        r#"import os, signal, subprocess, sys
+refused = []
+for name, attempt in [("setsid", os.setsid), ("setpgid", lambda: os.setpgid(0, 0)),
+                      ("killpg", lambda: os.kill(0, signal.SIGCONT))]:
+    try:
+        attempt()
+    except PermissionError:
+        refused.append(name)
+print("refused:", " ".join(refused), flush=True)
+os.execvp("sleep", ["sleep", "{secs}"])
+"#
+    );
+    let mut chitti = fx
+        .chitti("landlock")
+        .command(&[
+            "sh",
+            "-c",
+            &format!(
+                "timeout 1 sleep 30; echo \"timeout $?\" > timeout-done; \
+                 python3 -c '{script}' > tried & wait"
+            ),
+        ])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn chitti");
+    let started = wait_until(30 * SECOND, || sleepers(&secs).len() == 1);
+    let ids = |pid: i32| -> (i32, i32, i32) {
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+        let fields: Vec<i32> = stat
+            .rsplit_once(')')
+            .map(|(_, rest)| {
+                rest.split_whitespace()
+                    .filter_map(|f| f.parse().ok())
+                    .collect()
+            })
+            .unwrap_or_default();
+        // After the state: ppid, pgrp, session.
+        (fields[0], fields[1], fields[2])
+    };
+    let seen = started.then(|| {
+        let sleeper = sleepers(&secs)[0];
+        let (command, group, session) = ids(sleeper);
+        (command, group, session, ids(command))
+    });
+    let _ = chitti.kill();
+    let _ = chitti.wait();
+    assert!(started, "the sleeper never showed up");
+    let (command, group, session, command_ids) = seen.unwrap();
+    assert_eq!(
+        read(&fx.ws("tried")),
+        "refused: setsid setpgid killpg\n",
+        "a way out of the call's process group was allowed"
+    );
+    assert_eq!(
+        (group, session),
+        (command, command),
+        "the sleeper left the group and session its parent leads ({command_ids:?})"
+    );
+    assert_eq!(read(&fx.ws("timeout-done")), "timeout 124\n");
+}
+
 fn timeout_kills_the_whole_tree(backend: &str) {
     let fx = Fixture::new();
     let secs = unique_sleep();
@@ -1099,7 +1186,10 @@ fn timeout_kills_the_whole_tree(backend: &str) {
     let ran = fx
         .chitti(backend)
         .opts(&["--timeout", "1", "--json"])
-        .sh(&format!("touch ran; setsid sleep {secs} & sleep {secs}"));
+        .sh(&format!(
+            "touch ran; {}sleep {secs} & sleep {secs}",
+            new_session(backend)
+        ));
     assert_ran(&fx, "ran", &ran);
     assert_eq!(ran.code, Some(124), "{ran}");
     assert!(
@@ -1135,7 +1225,7 @@ fn start_sleeping(chitti: Chitti, setup: &str) -> (std::process::Child, SleepRea
         .command(&[
             "sh",
             "-c",
-            &format!("{setup}; setsid sleep {secs} & sleep {secs}"),
+            &format!("{setup}; (sleep {secs} &); sleep {secs}"),
         ])
         .stdout(Stdio::null())
         .stderr(Stdio::null())
@@ -1204,7 +1294,7 @@ fn landlock_never_reuses_the_tmpdir_of_a_call_whose_supervisor_was_killed() {
     let tag = unique_sleep();
     // Writes for about 20 s at most, then ends by itself; `tag` names it for the cleanup.
     let writer = format!(
-        "(setsid sh -c 'for i in $(seq 1000); do echo planted >> \"$TMPDIR/planted\" \
+        "(sh -c 'for i in $(seq 1000); do echo planted >> \"$TMPDIR/planted\" \
          2>/dev/null; sleep 0.02; done' writer-{tag} >/dev/null 2>&1 &)"
     );
     let (mut front, reaper, started) = start_sleeping(

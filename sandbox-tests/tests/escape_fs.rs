@@ -1189,7 +1189,7 @@ fn escape_git_dot_git_symlink_makes_chitti_move_an_outside_config(backend: &str)
     let (config_before, hooks_before) = (file_state(&config), file_state(&hooks));
     let ran = fx.chitti(backend).sh(&probe(&format!(
         "ln -s {} .git",
-        sh_quote(&other.join(".git"))
+        sh_quote(other.join(".git"))
     )));
     // The probe runs to its end; the call then fails, as chitti cannot move what it found.
     assert!(

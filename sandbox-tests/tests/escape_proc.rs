@@ -1199,15 +1199,50 @@ fn daemon_escape(backend: &str, technique: &str, spawn: &str, secs: &str) {
     assert_no_survivors(&[&secs_owned], Duration::from_secs(2), technique, &ran);
 }
 
+/// `setsid ` where the backend lets a process start a new session; landlock, without a
+/// PID namespace, keeps the call in one process group (see
+/// `escape_setsid_daemon_outlives_call`).
+fn new_session(backend: &str) -> &'static str {
+    if backend == "landlock" {
+        ""
+    } else {
+        "setsid "
+    }
+}
+
+/// A daemon in a session of its own dies with the call; on landlock, which kills the
+/// call's one process group at once, a new session (or group) is refused instead, and no
+/// sleeper ever runs.
 #[backends]
 fn escape_setsid_daemon_outlives_call(backend: &str) {
     let s = unique_sleep();
-    daemon_escape(
-        backend,
-        "setsid daemon",
-        &format!("setsid sleep {s} >/dev/null 2>&1 </dev/null &\nsetsid -f sleep {s} >/dev/null 2>&1 </dev/null"),
-        &s,
-    );
+    if backend != "landlock" {
+        daemon_escape(
+            backend,
+            "setsid daemon",
+            &format!("setsid sleep {s} >/dev/null 2>&1 </dev/null &\nsetsid -f sleep {s} >/dev/null 2>&1 </dev/null"),
+            &s,
+        );
+        return;
+    }
+    let fx = Fixture::new();
+    let _reaper = SleepReaper::new(&[&s]);
+    let ran = fx.chitti(backend).sh(&format!(
+        "setsid sleep {s} </dev/null; echo \"setsid $?\"; \
+         setsid -f sleep {s} </dev/null; echo \"setsid -f $?\"; \
+         {PYTHON} -c 'import os; os.setpgid(0, 0); os.execvp(\"sleep\", [\"sleep\", \"{s}\"])'; \
+         echo \"setpgid $?\""
+    ));
+    let out = ran.all();
+    // (`setsid -f` forks first, and its parent ends with 0 whatever the child's setsid.)
+    for attempt in ["setsid 1", "setpgid 1"] {
+        assert!(
+            out.contains(attempt),
+            "ESCAPE: a new session or group was allowed ({attempt})\n{ran}"
+        );
+    }
+    assert!(out.contains("Operation not permitted"), "{ran}");
+    assert_no_survivors(&[&s], Duration::from_secs(2), "setsid daemon", &ran);
 }
 
 #[backends]
@@ -1260,7 +1295,8 @@ fn escape_timeout_leaves_process_tree(backend: &str) {
     let _reaper = SleepReaper::new(&[&a, &b]);
     let started = Instant::now();
     let ran = fx.chitti(backend).timeout(1).json().sh(&format!(
-        "setsid sleep {a} >/dev/null 2>&1 </dev/null & touch started; exec sleep {b}"
+        "{}sleep {a} >/dev/null 2>&1 </dev/null & touch started; exec sleep {b}",
+        new_session(backend)
     ));
     let elapsed = started.elapsed();
     assert!(exists(&fx.ws("started")), "the probe never started\n{ran}");
@@ -1309,34 +1345,10 @@ int main(int argc, char **argv) {
 }
 "#,
     );
-    let built = std::process::Command::new("cc")
-        .args(["-O1", "-pthread", "-o", "chain", "chain.c"])
-        .current_dir(&fx.ws)
-        .output()
-        .unwrap();
-    assert!(
-        built.status.success(),
-        "cc: {}",
-        String::from_utf8_lossy(&built.stderr)
-    );
+    compile_c(&fx, "chain");
     // As `pids_with_argv` matches it (the program by its file name).
     let argv = ["chain", "300", "40", unique.as_str()];
-    struct Cleanup<'a>(&'a [&'a str]);
-    impl Drop for Cleanup<'_> {
-        fn drop(&mut self) {
-            for _ in 0..200 {
-                let left = pids_with_argv(self.0);
-                if left.is_empty() {
-                    break;
-                }
-                for pid in left {
-                    unsafe { libc::kill(pid, libc::SIGKILL) };
-                }
-                std::thread::sleep(Duration::from_millis(50));
-            }
-        }
-    }
-    let _cleanup = Cleanup(&argv);
+    let _cleanup = KillOnDrop(&argv);
     // Its output goes nowhere: a survivor holding chitti's pipes would keep this test
     // waiting instead of failing.
     let ran = fx.chitti(backend).timeout(2).run(&[
@@ -1362,6 +1374,202 @@ int main(int argc, char **argv) {
          after chitti returned\n{ran}",
         pids_with_argv(&argv).len()
     );
+}
+
+/// Builds the workspace's `NAME.c` into `NAME` with cc.
+fn compile_c(fx: &Fixture, name: &str) {
+    let built = std::process::Command::new("cc")
+        .args(["-O1", "-pthread", "-o", name, &format!("{name}.c")])
+        .current_dir(&fx.ws)
+        .output()
+        .unwrap();
+    assert!(
+        built.status.success(),
+        "cc: {}",
+        String::from_utf8_lossy(&built.stderr)
+    );
+}
+
+/// Kills, when dropped, every process whose arguments are these (what a failing test
+/// left alive).
+struct KillOnDrop<'a>(&'a [&'a str]);
+
+impl Drop for KillOnDrop<'_> {
+    fn drop(&mut self) {
+        for _ in 0..200 {
+            let left = pids_with_argv(self.0);
+            if left.is_empty() {
+                break;
+            }
+            for pid in left {
+                unsafe { libc::kill(pid, libc::SIGKILL) };
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
+/// A family of processes that forks as fast as it can: each member keeps cloning
+/// children that share its memory (no page tables to copy: a few microseconds each); a
+/// child that outlives its parent takes its place as a member, up to 16 of them. Every
+/// member appends a line to `alive` ten times a second.
+const FORK_RACER: &str = r#"#define _GNU_SOURCE
+#include <fcntl.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <sys/mman.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+enum { STACKS = 4096, STACK = 16384, MEMBERS = 16 };
+/* Per memory (a fork copies them): the children's stacks. */
+static char *stacks;
+static volatile int stack_used[STACKS];
+static volatile pid_t parent_of[STACKS];
+/* Shared by the whole family: who the members are, and when each last showed it lives. */
+static volatile pid_t *member_pid;
+static volatile long *member_beat;
+static long now_us(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return t.tv_sec * 1000000 + t.tv_nsec / 1000;
+}
+static pid_t me(void) { return (pid_t)syscall(SYS_getpid); }
+/* Frees the stack it runs on and exits without touching it again. */
+static void release_and_exit(int s) {
+#if defined(__x86_64__)
+    __asm__ volatile("movl $0, (%0)\n\tmovl $60, %%eax\n\txorl %%edi, %%edi\n\tsyscall"
+                     :: "r"(&stack_used[s]) : "rax", "rdi", "memory");
+#endif
+    syscall(SYS_exit, 0); /* elsewhere the stack stays taken */
+    __builtin_unreachable();
+}
+/* A member's place: empty, or one whose member has not beaten for 3 ms (dead). */
+static int claim(void) {
+    for (int m = 0; m < MEMBERS; m++) {
+        pid_t p = member_pid[m];
+        if ((p == 0 || now_us() - member_beat[m] > 3000)
+            && __sync_bool_compare_and_swap(&member_pid[m], p, me())) {
+            member_beat[m] = now_us();
+            return m;
+        }
+    }
+    return -1;
+}
+static int child(void *arg);
+static int member(int m) {
+    long stamped = 0;
+    int next = 0;
+    for (;;) {
+        member_beat[m] = now_us();
+        if (now_us() - stamped > 100000) {
+            stamped = now_us();
+            int fd = open("alive", O_WRONLY | O_APPEND | O_CREAT, 0644);
+            if (fd >= 0) { write(fd, "alive\n", 6); close(fd); }
+        }
+        int k;
+        for (k = 0; k < STACKS; k++) {
+            next = (next + 1) % STACKS;
+            if (!stack_used[next] && __sync_bool_compare_and_swap(&stack_used[next], 0, 1)) break;
+        }
+        if (k == STACKS) { usleep(100); continue; }
+        parent_of[next] = me();
+        if (clone(child, stacks + (long)(next + 1) * STACK, CLONE_VM | SIGCHLD, (void *)(long)next) < 0) {
+            stack_used[next] = 0;
+            usleep(100);
+        }
+    }
+}
+/* Lives 20 ms while its parent does; orphaned, it takes a dead member's place. */
+static int child(void *arg) {
+    int s = (int)(long)arg;
+    long end = now_us() + 20000;
+    while (now_us() < end && syscall(SYS_getppid) == parent_of[s]) {
+        struct timespec t = {0, 200000};
+        nanosleep(&t, 0);
+    }
+    if (syscall(SYS_getppid) == parent_of[s]) release_and_exit(s);
+    int m = -1;
+    for (long until = now_us() + 6000; m < 0 && now_us() < until;) {
+        m = claim();
+        if (m < 0) usleep(300);
+    }
+    if (m < 0) release_and_exit(s);
+    return member(m);
+}
+int main(void) {
+    stacks = mmap(0, (long)STACKS * STACK, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    member_pid = mmap(0, 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    member_beat = (volatile long *)(member_pid + MEMBERS);
+    signal(SIGCHLD, SIG_IGN);
+    for (int i = 1; i < MEMBERS / 2; i++)
+        if (fork() == 0) break;
+    int m;
+    while ((m = claim()) < 0) usleep(100);
+    return member(m);
+}
+"#;
+
+/// Has `call` run the fork-racing family, as `sh -c SCRIPT` with `{racer}` in the script
+/// standing for the family's command, and requires that none of it outlives the call (no
+/// member alive, nothing more written to the workspace) and that the call ends within
+/// 15 s. (Killing the tree by
+/// walking /proc lost this race on the landlock backend: a review's family lived on after
+/// the call, writing the workspace, while chitti said every process was killed.)
+fn fork_racing_family_dies_with_the_call(
+    script: &str,
+    call: impl FnOnce(&Fixture, &str) -> Ran,
+) -> Ran {
+    require_tool("cc");
+    let fx = Fixture::new();
+    write(&fx.ws("racer.c"), FORK_RACER);
+    compile_c(&fx, "racer");
+    let unique = unique_sleep();
+    let argv = ["racer", unique.as_str()];
+    let _cleanup = KillOnDrop(&argv);
+    let racer = format!("./{} >/dev/null 2>&1", argv.join(" "));
+    let started = Instant::now();
+    let ran = call(&fx, &script.replace("{racer}", &racer));
+    let took = started.elapsed();
+    let alive = || std::fs::metadata(fx.ws("alive")).map_or(0, |m| m.len());
+    assert!(alive() > 0, "the family never ran\n{ran}");
+    // Whatever is still alive is seen within the bound, and writes meanwhile.
+    let gone = wait_until(Duration::from_secs(2), || pids_with_argv(&argv).is_empty());
+    let written = alive();
+    std::thread::sleep(Duration::from_millis(500));
+    assert!(
+        gone && alive() == written,
+        "ESCAPE (a family forking as fast as it can): {} of its processes alive 2 s after \
+         chitti returned, {} bytes written to the workspace since\n{ran}",
+        pids_with_argv(&argv).len(),
+        alive() - written
+    );
+    // The walk took up to a minute to win, when it did.
+    assert!(
+        took < Duration::from_secs(15),
+        "the call took {took:?} to end\n{ran}"
+    );
+    ran
+}
+
+/// ... killed on a timeout, the family's first member being the command.
+#[backends]
+fn escape_fork_racing_family_outlives_a_timeout(backend: &str) {
+    let ran = fork_racing_family_dies_with_the_call("exec {racer}", |fx, script| {
+        fx.chitti(backend).timeout(2).run(&["sh", "-c", script])
+    });
+    assert_eq!(ran.code, Some(124), "the call was to time out\n{ran}");
+}
+
+/// ... left behind by a command that exits.
+#[backends]
+fn escape_fork_racing_family_outlives_its_command(backend: &str) {
+    let ran = fork_racing_family_dies_with_the_call(
+        "{racer} & i=0; while [ ! -s alive ] && [ $i -lt 200 ]; do sleep 0.05; i=$((i+1)); done",
+        |fx, script| fx.chitti(backend).run(&["sh", "-c", script]),
+    );
+    assert_eq!(ran.code, Some(0), "{ran}");
 }
 
 /// A bounded "fork bomb": 300 background sleeps under a profile limiting processes to 128.
@@ -1436,8 +1644,10 @@ fn chitti_dies(backend: &str, signal: i32, technique: &str) {
     let fx = Fixture::new();
     let (a, b) = (unique_sleep(), unique_sleep());
     let _reaper = SleepReaper::new(&[&a, &b]);
-    let script =
-        format!("setsid sleep {a} >/dev/null 2>&1 </dev/null & sleep {b} & touch ready; wait");
+    let script = format!(
+        "{}sleep {a} >/dev/null 2>&1 </dev/null & sleep {b} & touch ready; wait",
+        new_session(backend)
+    );
     let running = fx.chitti(backend).spawn(&["sh", "-c", &script]);
     let up = wait_until(Duration::from_secs(60), || {
         exists(&fx.ws("ready")) && !sleepers(&a).is_empty() && !sleepers(&b).is_empty()

@@ -175,7 +175,7 @@ pub fn run(args: ExecArgs) -> i32 {
             for repair in &outcome.repairs {
                 eprintln!("chitti: the command tampered with a protected path: {repair}");
             }
-            if outcome.timed_out {
+            if outcome.timed_out && !outcome.end_unconfirmed {
                 eprintln!(
                     "chitti: timed out after {} s; the command and every process it started were killed",
                     outcome.duration.as_secs()
@@ -187,7 +187,11 @@ pub fn run(args: ExecArgs) -> i32 {
             } else {
                 outcome.exit_code
             };
-            let error = unrepaired_error(&outcome.repairs, exit_code);
+            let error = unrepaired_error(&outcome.repairs, exit_code).or_else(|| {
+                outcome
+                    .end_unconfirmed
+                    .then(|| exec::UNCONFIRMED_END.to_string())
+            });
             if let Some(error) = &error {
                 report_error(error);
                 exit_code = 125;

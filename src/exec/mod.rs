@@ -61,7 +61,16 @@ pub struct Outcome {
     pub backend: Backend,
     /// Protected paths the command changed and chitti put back.
     pub repairs: Vec<String>,
+    /// chitti gave up on the supervisor still ending the call's processes, and killed it:
+    /// that none outlives the call is not known (the call is an error).
+    pub end_unconfirmed: bool,
 }
+
+/// What a call's error says when chitti had to give up on the supervisor ending its processes.
+pub const UNCONFIRMED_END: &str =
+    "the sandbox's supervisor was still ending the command's processes 10 s after it was \
+     told to, and chitti killed it: chitti cannot confirm that none of them outlives the \
+     call. Look for them (`ps -ef`) and kill what is left";
 
 /// How the run ended, before it is turned into an [`Outcome`].
 enum Ended {
@@ -592,8 +601,9 @@ async fn follow(
             _ = &mut cancel => Ended::Cancelled,
         }
     };
+    let mut end_unconfirmed = false;
     if !matches!(ended, Ended::Exited) {
-        stop(&mut running).await?;
+        end_unconfirmed = stop(&mut running).await? == Stopped::GaveUp;
     } else if backend == Backend::Seatbelt {
         // macOS has no PID namespace or subreaper: sweep the command's session so its
         // background children do not outlive the call. While any member lives the group
@@ -630,6 +640,7 @@ async fn follow(
         duration,
         backend,
         repairs,
+        end_unconfirmed,
     };
     match ended {
         Ended::TimedOut | Ended::Cancelled => {
@@ -899,9 +910,19 @@ async fn readable(pidfd: &OwnedFd) -> Result<(), SandboxError> {
     Ok(())
 }
 
+/// How [`stop`] ended the sandbox.
+#[derive(Debug, PartialEq, Eq)]
+enum Stopped {
+    /// The sandbox's own teardown ended, within the grace or with chitti's help.
+    Done,
+    /// A supervisor still at work after twice the grace was killed: what it had left of
+    /// the call's tree, if anything, went to PID 1.
+    GaveUp,
+}
+
 /// Tears the sandbox down: the supervisor kills its tree when the lifeline closes;
 /// bwrap's tree dies with it (`--die-with-parent`, and its PID namespace).
-async fn stop(running: &mut Running) -> Result<(), SandboxError> {
+async fn stop(running: &mut Running) -> Result<Stopped, SandboxError> {
     match running {
         #[cfg(not(target_os = "linux"))]
         Running::Command(child) => {
@@ -920,17 +941,21 @@ async fn stop(running: &mut Running) -> Result<(), SandboxError> {
         // A supervisor still at work is what kills the tree: killing it would hand what is
         // left to PID 1, alive. chitti helps it instead, killing every process below it
         // that it sees, while it waits as long again; only then does it give up on it.
+        // (Each round on a blocking thread: a large tree must not hold up the deadline.)
         #[cfg(target_os = "linux")]
         if let Running::Supervised { pid, .. } = running {
             let pid = *pid;
             let helped = async {
                 loop {
-                    crate::sandbox::linux::supervisor::kill_tree_below(pid);
+                    let round = tokio::task::spawn_blocking(move || {
+                        crate::sandbox::linux::supervisor::kill_tree_below(pid)
+                    });
+                    let _ = round.await;
                     tokio::time::sleep(Duration::from_millis(100)).await;
                 }
             };
             tokio::select! {
-                done = wait(running) => return done,
+                done = wait(running) => return done.map(|()| Stopped::Done),
                 _ = tokio::time::sleep(KILL_GRACE) => {}
                 _ = helped => {}
             }
@@ -948,8 +973,13 @@ async fn stop(running: &mut Running) -> Result<(), SandboxError> {
             },
         }
         wait(running).await?;
+        // bwrap's tree dies with it; on macOS the group was killed above.
+        #[cfg(target_os = "linux")]
+        if matches!(running, Running::Supervised { .. }) {
+            return Ok(Stopped::GaveUp);
+        }
     }
-    Ok(())
+    Ok(Stopped::Done)
 }
 
 /// Marks every descriptor from 3 up close-on-exec (between fork and exec). macOS has no
@@ -1116,6 +1146,39 @@ mod tests {
     fn outcome_of(started: Started) -> Outcome {
         let finished = finish(started, Duration::from_secs(60), std::future::pending());
         runtime().block_on(finished).unwrap()
+    }
+
+    /// A supervisor that does not end the call's tree within twice the grace (here one
+    /// stopped from outside) is killed, and the outcome says that the end of the call's
+    /// processes is not confirmed, instead of claiming them killed.
+    #[test]
+    fn a_supervisor_given_up_on_leaves_the_end_unconfirmed() {
+        let fx = Fixture::new();
+        let Some(started) = start_sleep(&fx, Some(Duration::from_secs(20))) else {
+            return;
+        };
+        let Running::Supervised { pid, .. } = &started.running else {
+            panic!("a landlock call runs under a supervisor");
+        };
+        assert_eq!(unsafe { libc::kill(*pid, libc::SIGSTOP) }, 0);
+        let waited = Instant::now();
+        let finished = finish(started, Duration::from_secs(1), std::future::pending());
+        let outcome = runtime().block_on(finished).unwrap();
+        assert!(outcome.timed_out, "{outcome:?}");
+        assert!(outcome.end_unconfirmed, "{outcome:?}");
+        // The timeout, twice the grace, and a bound.
+        assert!(
+            waited.elapsed() < Duration::from_secs(20),
+            "{:?}",
+            waited.elapsed()
+        );
+        // With a supervisor that does its work, the end is confirmed.
+        let Some(started) = start_sleep(&fx, Some(Duration::from_secs(20))) else {
+            return;
+        };
+        let finished = finish(started, Duration::from_secs(1), std::future::pending());
+        let outcome = runtime().block_on(finished).unwrap();
+        assert!(outcome.timed_out && !outcome.end_unconfirmed, "{outcome:?}");
     }
 
     /// What `finish` waits for before it sets up the stdio readers: the command running

@@ -162,9 +162,20 @@ fn render(outcome: &Outcome, timeout: Duration, cap: usize) -> ToolResult {
         "stderr_truncated_bytes": outcome.stderr.truncated_bytes,
         "backend": outcome.backend.name(),
         "protected_paths_restored": outcome.repairs,
+        "end_unconfirmed": outcome.end_unconfirmed,
     });
 
-    let mut text = if outcome.timed_out {
+    let mut text = if outcome.end_unconfirmed {
+        format!(
+            "{}: {}\n",
+            if outcome.timed_out {
+                "timed out"
+            } else {
+                "cancelled"
+            },
+            crate::exec::UNCONFIRMED_END
+        )
+    } else if outcome.timed_out {
         format!(
             "timed out after {} s: the command and everything it started were killed\n",
             timeout.as_secs()

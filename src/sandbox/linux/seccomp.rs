@@ -212,6 +212,15 @@ fn deny_rules(network: bool, shares_host: bool) -> BTreeMap<i64, Vec<Rule>> {
                 .expect("inserted above")
                 .push(vec![check(0, Eq(which_user))]);
         }
+        // Without a PID namespace the call's processes are one process group, which the
+        // supervisor kills at once (see `plainly_denied`). A signal to a whole group (pid
+        // 0 or negative, or -1: every process it may signal) can only reach that group,
+        // the call itself: `timeout`, which would have made a group of its own, would
+        // kill the call's shell with it.
+        rules.insert(
+            libc::SYS_kill,
+            vec![vec![check(0, Eq(0))], vec![check(0, AnyBitOf(1 << 31))]],
+        );
     }
 
     // Terminal input injection: TIOCSTI pushes bytes into a terminal's input queue,
@@ -316,6 +325,11 @@ fn plainly_denied(network: bool, shares_host: bool) -> Vec<i64> {
     if shares_host {
         // Without an IPC namespace (landlock) the host's SysV IPC objects are reachable.
         v.extend(sysv_ipc());
+        // Without a PID namespace nothing but a kill the kernel makes at once ends a
+        // family of processes that forks as fast as it can (a walk of `/proc` loses that
+        // race): the command leads a process group, and no process of the call may leave
+        // it, so one kill(-group) reaches every one, and none forks past it.
+        v.extend([libc::SYS_setsid, libc::SYS_setpgid]);
     }
     if !network {
         // connect/bind/listen reach or squat host pathname and abstract unix sockets
@@ -632,6 +646,9 @@ mod tests {
                 libc::SECCOMP_RET_ALLOW
             };
             assert_eq!(answer(libc::SYS_shmget), expected);
+            // No way out of the call's process group without a PID namespace.
+            assert_eq!(answer(libc::SYS_setsid), expected);
+            assert_eq!(answer(libc::SYS_setpgid), expected);
             assert_eq!(
                 run(p, I386, libc::SYS_read as u32),
                 libc::SECCOMP_RET_KILL_PROCESS,
@@ -711,6 +728,16 @@ mod tests {
             let other_process = answer(libc::SYS_prlimit64, [1, 0, 0, 0, 0, 0]);
             assert_eq!(other_process, if shares_host { EPERM } else { allow });
             assert_eq!(answer(libc::SYS_prlimit64, [0, 0, 0, 0, 0, 0]), allow);
+            // Signals to a group (0: one's own; -1: every process; -N: group N) only
+            // where a PID namespace holds the call; to a process, always.
+            let to_a_group = if shares_host { EPERM } else { allow };
+            let term = libc::SIGTERM as u64;
+            for pid in [0, u64::MAX, (-4242i64) as u64, 0xffff_efae] {
+                assert_eq!(answer(libc::SYS_kill, [pid, term, 0, 0, 0, 0]), to_a_group);
+            }
+            for pid in [1, 4242, 0x7fff_ffff, 0xffff_ffff_0000_1092] {
+                assert_eq!(answer(libc::SYS_kill, [pid, term, 0, 0, 0, 0]), allow);
+            }
         }
     }
 
@@ -718,6 +745,9 @@ mod tests {
     #[allow(clippy::unnecessary_cast)] // ioctl request types differ between libcs
     fn interesting_args() -> Vec<u64> {
         let mut v = vec![0, 1, 2, u64::MAX, 0xffff_ffff, 0x1_0000_0000];
+        // Process ids: the largest, and negative ones (a process group) as the kernel
+        // reads an int, whatever the upper half.
+        v.extend([0x7fff_ffff, 0x8000_0000, (-4242i64) as u64, 0xffff_efae]);
         v.extend([libc::TIOCSTI, libc::TIOCLINUX].map(|x| x as u64));
         v.extend([libc::AF_UNIX, libc::AF_INET, libc::AF_INET6].map(|x| x as u64));
         v.extend(

@@ -718,7 +718,7 @@ unsafe fn supervisor_main(
     }
 
     let report = wait_or_lifeline(child, fds.lifeline);
-    kill_descendants();
+    kill_the_call(child);
     finish(report, aftermath, fds)
 }
 
@@ -914,24 +914,45 @@ unsafe fn wait_or_lifeline(child: libc::pid_t, lifeline: RawFd) -> Report {
                 errno: last_error(),
             };
         }
-        let mut status = 0;
-        let reaped = libc::waitpid(child, &mut status, libc::WNOHANG);
-        if reaped == child {
-            if libc::WIFEXITED(status) {
-                return Report::Exited {
-                    code: libc::WEXITSTATUS(status),
-                };
-            }
-            if libc::WIFSIGNALED(status) {
-                return Report::Signaled {
-                    signal: libc::WTERMSIG(status),
-                };
+        // Not reaped (WNOWAIT): see `kill_the_call`.
+        let mut info: libc::siginfo_t = std::mem::zeroed();
+        let flags = libc::WEXITED | libc::WNOHANG | libc::WNOWAIT;
+        if libc::waitid(libc::P_PID, child as libc::id_t, &mut info, flags) == 0
+            && info.si_pid() == child
+        {
+            match info.si_code {
+                libc::CLD_EXITED => {
+                    return Report::Exited {
+                        code: info.si_status(),
+                    }
+                }
+                libc::CLD_KILLED | libc::CLD_DUMPED => {
+                    return Report::Signaled {
+                        signal: info.si_status(),
+                    }
+                }
+                _ => {}
             }
         }
         if fds[1].revents != 0 {
             return Report::Killed;
         }
     }
+}
+
+/// Ends every process of the call once the command has exited, unreaped, or must be
+/// killed. The command leads a process group that no process of the call can leave (the
+/// seccomp filter refuses setsid and setpgid), and one kill of the group reaches every
+/// member at once: the kernel fails a fork that would come after it, or kills its child
+/// too. A family forking as fast as it can outran any walk of `/proc` (a review's
+/// processes lived on after the call, writing the workspace). The group id is safe to
+/// use by number while the command is unreaped: its number cannot be anyone else's yet.
+/// The walk of the tree then reaps what died, and is what kills the tree of a command
+/// without the filter.
+unsafe fn kill_the_call(command: libc::pid_t) {
+    libc::kill(-command, libc::SIGKILL);
+    libc::waitpid(command, std::ptr::null_mut(), libc::__WALL);
+    kill_descendants();
 }
 
 /// Kills every process left under the supervisor, however deep the tree and however busy
