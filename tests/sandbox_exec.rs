@@ -2072,23 +2072,27 @@ fn sandbox_test_skips_loudly_what_it_cannot_check_and_does_not_pass() {
 }
 
 /// A probe counts only when it shows it made its attempt: without `setsid` the lifetime
-/// probe cannot start the children whose death it checks, and says so (FAIL), instead of
-/// passing because none were left.
+/// probe cannot start the children whose death it checks (bwrap), or try the new session
+/// it must see refused (landlock), and says so (FAIL), instead of passing because none
+/// were left.
 #[test]
 fn sandbox_test_does_not_pass_a_probe_that_could_not_make_its_attempt() {
-    let fx = Fixture::new();
-    let path = path_dir(&fx, &["setsid"], &[]);
-    let out = sandbox_test_with_path(&fx, &path, &[]);
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert_eq!(out.status.code(), Some(1), "{stdout}");
-    let row = stdout
-        .lines()
-        .find(|l| l.starts_with("lifetime: nothing outlives the call"))
-        .unwrap_or_else(|| panic!("no lifetime row: {stdout}"));
-    assert!(
-        row.contains(" FAIL ") && row.contains("did not start"),
-        "{row}"
-    );
+    for backend in ["bwrap", "landlock"] {
+        ensure_backend(backend);
+        let fx = Fixture::new();
+        let path = path_dir(&fx, &["setsid"], &[]);
+        let out = sandbox_test_with_path(&fx, &path, &["--backend", backend]);
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert_eq!(out.status.code(), Some(1), "{backend}: {stdout}");
+        let row = stdout
+            .lines()
+            .find(|l| l.starts_with("lifetime: nothing outlives the call"))
+            .unwrap_or_else(|| panic!("{backend}: no lifetime row: {stdout}"));
+        assert!(
+            row.contains(" FAIL ") && row.contains("did not start"),
+            "{backend}: {row}"
+        );
+    }
 }
 
 /// The read-only profile on bwrap in a workspace beneath /tmp (which bwrap replaces with

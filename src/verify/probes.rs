@@ -1003,8 +1003,9 @@ pub async fn lifetime(lab: &Lab, out: &mut Vec<Check>) {
         script.push_str(&format!(" setsid {} &", child(3)));
     }
     if sessions_refused {
-        // (util-linux says "setsid failed: Operation not permitted".)
-        script.push_str(" setsid true 2>&1 | grep -qi 'not permitted' && echo setsid-refused;");
+        // util-linux says "setsid failed: Operation not permitted"; a shell without it,
+        // "not found".
+        script.push_str(" r=$(setsid true 2>&1); s=$?; echo \"setsid: exit $s $(echo $r)\";");
     }
     script.push_str(" sleep 0.3; echo \"running $(ls -A \"${TMPDIR:?}\" | grep -c '^.started-')\"");
     let r = run(lab, &script).await;
@@ -1012,7 +1013,12 @@ pub async fn lifetime(lab: &Lab, out: &mut Vec<Check>) {
     let survivors = find_processes(&format!("sleep {tag}"));
     let output = r.as_ref().map(text).unwrap_or_default();
     let started = output.contains(&format!("running {expected}"));
-    let refused = !sessions_refused || output.contains("setsid-refused");
+    let setsid_said = output
+        .lines()
+        .find(|l| l.starts_with("setsid: "))
+        .unwrap_or("setsid: (nothing)");
+    let tried = !sessions_refused || !setsid_said.contains("exit 127");
+    let refused = !sessions_refused || setsid_said.contains("not permitted");
     out.push(check(
         "lifetime: nothing outlives the call",
         if sessions_refused {
@@ -1027,15 +1033,17 @@ pub async fn lifetime(lab: &Lab, out: &mut Vec<Check>) {
                 "the probe did not start its {expected} children: {}",
                 output.trim()
             )
+        } else if !tried {
+            format!("the probe did not start `setsid`: {setsid_said}")
         } else if !refused {
             format!(
-                "a new session was ALLOWED, {} left after the call",
+                "a new session was ALLOWED ({setsid_said}), {} left after the call",
                 survivors.len()
             )
         } else {
             format!("{} left after the call", survivors.len())
         },
-        started && refused && survivors.is_empty(),
+        started && tried && refused && survivors.is_empty(),
     ));
     for pid in survivors {
         unsafe { libc::kill(pid, libc::SIGKILL) };
