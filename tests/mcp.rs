@@ -446,7 +446,7 @@ async fn timeout_kills_the_command_tree() {
         .call(
             "execute_bash",
             json!({
-                "command": format!("(sleep {secs} &); sleep {secs}; echo late > late"),
+                "command": format!("(setsid sleep {secs} &); sleep {secs}; echo late > late"),
                 "timeout_seconds": 1,
             }),
         )
@@ -490,7 +490,7 @@ async fn client_cancellation_kills_the_command_tree() {
     let server = Server::start(&[]).await;
     let secs = unique_sleep();
     let _reaper = SleepReaper(secs.clone());
-    let command = format!("(sleep {secs} &); sleep {secs}; echo late > late");
+    let command = format!("(setsid sleep {secs} &); sleep {secs}; echo late > late");
     // Boxed, so that dropping it really drops the request (a pinned local would live on).
     let mut call = Box::pin(server.client.call_tool(Server::request(
         "execute_bash",
@@ -519,7 +519,7 @@ async fn server_shutdown_kills_running_commands() {
     let server = Server::start(&[]).await;
     let secs = unique_sleep();
     let _reaper = SleepReaper(secs.clone());
-    let command = format!("(sleep {secs} &); sleep {secs}");
+    let command = format!("(setsid sleep {secs} &); sleep {secs}");
     let call = server.client.call_tool(Server::request(
         "execute_bash",
         json!({ "command": command }),
@@ -889,10 +889,7 @@ async fn backend_contains_and_cancels(backend: &str) {
 
     let secs = unique_sleep();
     let _reaper = SleepReaper(secs.clone());
-    // A new session where the backend allows one (landlock keeps a call's processes in
-    // one process group, which it kills at once).
-    let detach = if backend == "bwrap" { "setsid " } else { "" };
-    let command = format!("({detach}sleep {secs} &); sleep {secs}");
+    let command = format!("(setsid sleep {secs} &); sleep {secs}");
     let mut call = Box::pin(server.client.call_tool(Server::request(
         "execute_bash",
         json!({ "command": command }),

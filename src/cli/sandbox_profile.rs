@@ -139,9 +139,9 @@ fn render(
                 ));
             }
             out.push_str(&format!(
-                "  seccomp: {}\n  also: setsid, and no way out of that process group (setsid, \
-                 setpgid and signals to a whole group refused), which is killed at once; \
-                 capabilities dropped, no_new_privs; {}\n  \
+                "  seccomp: {}\n  also: setsid, and no way out of that process group, which is \
+                 killed at once (setsid and setpgid succeed doing nothing; signals to a \
+                 whole group refused); capabilities dropped, no_new_privs; {}\n  \
                  protected paths: snapshot before the call, restored after it\n",
                 seccomp_summary(policy.network),
                 Rlimits::from(&policy.limits).describe()

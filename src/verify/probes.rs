@@ -951,16 +951,11 @@ pub async fn signals(lab: &Lab, out: &mut Vec<Check>) {
 }
 
 pub async fn lifetime(lab: &Lab, out: &mut Vec<Check>) {
-    // Without a PID namespace (landlock) no process of the call may leave its process
-    // group, which is killed at once: a new session must be refused there.
-    let sessions_refused = lab.backend == crate::sandbox::Backend::Landlock;
-    let new_session = cfg!(target_os = "linux") && !sessions_refused;
-    let setsid = if new_session { "setsid " } else { "" };
     let tag = unique(lab, 2);
     let started = Instant::now();
     let r = lab
         .run_with_timeout(
-            &format!("{setsid}sleep {tag} & sleep {tag}"),
+            &format!("setsid sleep {tag} & sleep {tag}"),
             Duration::from_secs(1),
         )
         .await;
@@ -997,15 +992,11 @@ pub async fn lifetime(lab: &Lab, out: &mut Vec<Check>) {
         // `:?`: without a TMPDIR (unsandboxed) nothing is written, rather than in `/`.
         format!("sh -c 'echo > \"${{TMPDIR:?}}/.started-{n}\"; exec sleep {tag}' >/dev/null 2>&1")
     };
+    let new_session = cfg!(target_os = "linux");
     let expected = if new_session { 3 } else { 2 };
     let mut script = format!("({} &); nohup {} &", child(1), child(2));
     if new_session {
         script.push_str(&format!(" setsid {} &", child(3)));
-    }
-    if sessions_refused {
-        // util-linux says "setsid failed: Operation not permitted"; a shell without it,
-        // "not found".
-        script.push_str(" r=$(setsid true 2>&1); s=$?; echo \"setsid: exit $s $(echo $r)\";");
     }
     script.push_str(" sleep 0.3; echo \"running $(ls -A \"${TMPDIR:?}\" | grep -c '^.started-')\"");
     let r = run(lab, &script).await;
@@ -1013,37 +1004,22 @@ pub async fn lifetime(lab: &Lab, out: &mut Vec<Check>) {
     let survivors = find_processes(&format!("sleep {tag}"));
     let output = r.as_ref().map(text).unwrap_or_default();
     let started = output.contains(&format!("running {expected}"));
-    let setsid_said = output
-        .lines()
-        .find(|l| l.starts_with("setsid: "))
-        .unwrap_or("setsid: (nothing)");
-    let tried = !sessions_refused || !setsid_said.contains("exit 127");
-    let refused = !sessions_refused || setsid_said.contains("not permitted");
     out.push(check(
         "lifetime: nothing outlives the call",
-        if sessions_refused {
-            "background and nohup children are killed; setsid is refused (one process group)"
-        } else if new_session {
+        if new_session {
             "background, nohup and setsid children are killed"
         } else {
             "background and nohup children are killed (not new sessions: macOS limit)"
         },
-        if !started {
+        if started {
+            format!("{} left after the call", survivors.len())
+        } else {
             format!(
                 "the probe did not start its {expected} children: {}",
                 output.trim()
             )
-        } else if !tried {
-            format!("the probe did not start `setsid`: {setsid_said}")
-        } else if !refused {
-            format!(
-                "a new session was ALLOWED ({setsid_said}), {} left after the call",
-                survivors.len()
-            )
-        } else {
-            format!("{} left after the call", survivors.len())
         },
-        started && tried && refused && survivors.is_empty(),
+        started && survivors.is_empty(),
     ));
     for pid in survivors {
         unsafe { libc::kill(pid, libc::SIGKILL) };

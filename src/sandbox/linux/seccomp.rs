@@ -316,6 +316,21 @@ fn enosys_calls() -> Vec<i64> {
     vec![libc::SYS_clone3, libc::SYS_openat2]
 }
 
+/// Calls answered with success that do nothing. Without a PID namespace nothing but a
+/// kill the kernel makes at once ends a family of processes that forks as fast as it can
+/// (a walk of `/proc` loses that race): the command leads a process group, no process of
+/// the call may leave it, and one kill(-group) reaches every one, none forking past it.
+/// A new session or group is pretended rather than refused: the tools that ask for one
+/// (`setsid CMD`, Python's `start_new_session`, a test runner's group per test) still
+/// run, in the call's group; signals to a group are refused (see `deny_rules`).
+fn pretended(shares_host: bool) -> Vec<i64> {
+    if shares_host {
+        vec![libc::SYS_setsid, libc::SYS_setpgid]
+    } else {
+        Vec::new()
+    }
+}
+
 /// Calls refused with EPERM whatever their arguments.
 fn plainly_denied(network: bool, shares_host: bool) -> Vec<i64> {
     let mut v = always_denied();
@@ -325,11 +340,6 @@ fn plainly_denied(network: bool, shares_host: bool) -> Vec<i64> {
     if shares_host {
         // Without an IPC namespace (landlock) the host's SysV IPC objects are reachable.
         v.extend(sysv_ipc());
-        // Without a PID namespace nothing but a kill the kernel makes at once ends a
-        // family of processes that forks as fast as it can (a walk of `/proc` loses that
-        // race): the command leads a process group, and no process of the call may leave
-        // it, so one kill(-group) reaches every one, and none forks past it.
-        v.extend([libc::SYS_setsid, libc::SYS_setpgid]);
     }
     if !network {
         // connect/bind/listen reach or squat host pathname and abstract unix sockets
@@ -356,12 +366,15 @@ const AUDIT_ARCH: u32 = 0;
 
 const RET_EPERM: u32 = libc::SECCOMP_RET_ERRNO | libc::EPERM as u32;
 const RET_ENOSYS: u32 = libc::SECCOMP_RET_ERRNO | libc::ENOSYS as u32;
+/// The call returns 0 without being made (an errno of 0).
+const RET_PRETEND: u32 = libc::SECCOMP_RET_ERRNO;
 
 /// What the filter does with a syscall it has an answer for.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 enum Answer {
     Eperm,
     Enosys,
+    Pretend,
     LookAtArguments,
 }
 
@@ -376,6 +389,7 @@ fn filter(network: bool, shares_host: bool) -> Result<BpfProgram, SeccompError> 
     let lists = [
         (plainly_denied(network, shares_host), Answer::Eperm),
         (enosys_calls(), Answer::Enosys),
+        (pretended(shares_host), Answer::Pretend),
         (rules.keys().copied().collect(), Answer::LookAtArguments),
     ];
     for (numbers, answer) in lists {
@@ -389,7 +403,7 @@ fn filter(network: bool, shares_host: bool) -> Result<BpfProgram, SeccompError> 
     }
 
     let mut asm = Asm::default();
-    let [allow, eperm, enosys, kill] = [(); 4].map(|()| asm.label());
+    let [allow, eperm, enosys, pretend, kill] = [(); 5].map(|()| asm.label());
     // One block of argument checks per distinct list of rules.
     let mut blocks: BTreeMap<&Vec<Rule>, Label> = BTreeMap::new();
     for list in rules.values() {
@@ -412,6 +426,7 @@ fn filter(network: bool, shares_host: bool) -> Result<BpfProgram, SeccompError> 
             let target = match answer {
                 Answer::Eperm => eperm,
                 Answer::Enosys => enosys,
+                Answer::Pretend => pretend,
                 Answer::LookAtArguments => blocks[&rules[&(nr as i64)]],
             };
             (nr, target)
@@ -430,6 +445,10 @@ fn filter(network: bool, shares_host: bool) -> Result<BpfProgram, SeccompError> 
     asm.ret(RET_EPERM);
     asm.bind(enosys);
     asm.ret(RET_ENOSYS);
+    if !pretended(shares_host).is_empty() {
+        asm.bind(pretend);
+        asm.ret(RET_PRETEND);
+    }
     asm.bind(kill);
     asm.ret(libc::SECCOMP_RET_KILL_PROCESS);
     asm.finish().map_err(SeccompError)
@@ -646,9 +665,15 @@ mod tests {
                 libc::SECCOMP_RET_ALLOW
             };
             assert_eq!(answer(libc::SYS_shmget), expected);
-            // No way out of the call's process group without a PID namespace.
-            assert_eq!(answer(libc::SYS_setsid), expected);
-            assert_eq!(answer(libc::SYS_setpgid), expected);
+            // No way out of the call's process group without a PID namespace: a new one
+            // is pretended.
+            let group = if shares_host {
+                RET_PRETEND
+            } else {
+                libc::SECCOMP_RET_ALLOW
+            };
+            assert_eq!(answer(libc::SYS_setsid), group);
+            assert_eq!(answer(libc::SYS_setpgid), group);
             assert_eq!(
                 run(p, I386, libc::SYS_read as u32),
                 libc::SECCOMP_RET_KILL_PROCESS,
@@ -858,6 +883,7 @@ mod tests {
             (unconditional(plainly_denied(network, shares_host)), EPERM),
             (argument_rules, EPERM),
             (unconditional(enosys_calls()), ENOSYS),
+            (unconditional(pretended(shares_host)), RET_PRETEND),
         ]
         .into_iter()
         .map(|(rules, ret): (BTreeMap<i64, Vec<SeccompRule>>, u32)| {

@@ -942,9 +942,9 @@ unsafe fn wait_or_lifeline(child: libc::pid_t, lifeline: RawFd) -> Report {
 
 /// Ends every process of the call once the command has exited, unreaped, or must be
 /// killed. The command leads a process group that no process of the call can leave (the
-/// seccomp filter refuses setsid and setpgid), and one kill of the group reaches every
-/// member at once: the kernel fails a fork that would come after it, or kills its child
-/// too. A family forking as fast as it can outran any walk of `/proc` (a review's
+/// seccomp filter makes setsid and setpgid succeed doing nothing), and one kill of the
+/// group reaches every member at once: the kernel fails a fork that would come after it,
+/// or kills its child too. A family forking as fast as it can outran any walk of `/proc` (a review's
 /// processes lived on after the call, writing the workspace). The group id is safe to
 /// use by number while the command is unreaped: its number cannot be anyone else's yet.
 /// The walk of the tree then reaps what died, and is what kills the tree of a command
