@@ -1375,7 +1375,9 @@ impl Drop for KillOnDrop<'_> {
 
 /// A family of processes that forks as fast as it can: each member keeps cloning
 /// children that share its memory (no page tables to copy: a few microseconds each); a
-/// child that outlives its parent takes its place as a member, up to 16 of them. Every
+/// child that outlives its parent takes its place as a member, up to 16 of them. At most
+/// 128 children per memory (eight of them) live at once, some 1,000 processes in all,
+/// well below the process limit a test as an unprivileged user shares with the others. Every
 /// member appends a line to `alive` ten times a second.
 const FORK_RACER: &str = r#"#define _GNU_SOURCE
 #include <fcntl.h>
@@ -1386,7 +1388,7 @@ const FORK_RACER: &str = r#"#define _GNU_SOURCE
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
-enum { STACKS = 4096, STACK = 16384, MEMBERS = 16 };
+enum { STACKS = 128, STACK = 16384, MEMBERS = 16 };
 /* Per memory (a fork copies them): the children's stacks. */
 static char *stacks;
 static volatile int stack_used[STACKS];
@@ -1475,6 +1477,13 @@ int main(void) {
 }
 "#;
 
+/// Held by a test that starts hundreds of processes: RLIMIT_NPROC counts every process of
+/// the real uid, and two such tests at once could spend it for each other.
+fn one_bomb_at_a_time() -> std::sync::MutexGuard<'static, ()> {
+    static ONE: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    ONE.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 /// Has `call` run the fork-racing family, as `sh -c SCRIPT` with `{racer}` in the script
 /// standing for the family's command, and requires that none of it outlives the call (no
 /// member alive, nothing more written to the workspace) and that the call ends within
@@ -1486,6 +1495,7 @@ fn fork_racing_family_dies_with_the_call(
     call: impl FnOnce(&Fixture, &str) -> Ran,
 ) -> Ran {
     require_tool("cc");
+    let _one = one_bomb_at_a_time();
     let fx = Fixture::new();
     write(&fx.ws("racer.c"), FORK_RACER);
     compile_c(&fx, "racer");
@@ -1545,8 +1555,7 @@ fn escape_fork_bomb_bounded_by_limits_and_killed(backend: &str) {
     // share that budget, and as an unprivileged user it must not already be spent on
     // zombies: bwrap leaves its inner process to PID 1, which on some machines (this
     // project's CI VM) reaps only every second or so.
-    static ONE_BOMB_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
-    let _one = ONE_BOMB_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let _one = one_bomb_at_a_time();
     if !running_as_root() {
         let settled = wait_until(Duration::from_secs(30), || processes_of_my_uid() < 64);
         assert!(
