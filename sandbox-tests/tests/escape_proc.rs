@@ -1546,6 +1546,86 @@ fn escape_fork_racing_family_outlives_its_command(backend: &str) {
     assert_eq!(ran.code, Some(0), "{ran}");
 }
 
+/// A command that keeps the lock of its own stdout pipe: a `splice` from an idle socket
+/// into the pipe waits for data with the lock taken. A thread feeds the socket a byte now
+/// and then at first, so that the pipe's reader wakes and wants the lock while the splice
+/// takes it again at once. Another thread appends to `alive` ten times a second.
+const PIPE_LOCK_HOLDER: &str = r#"#define _GNU_SOURCE
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <sys/socket.h>
+#include <unistd.h>
+static int sv[2];
+static void *feed(void *a) {
+    for (int i = 0; i < 200; i++) { write(sv[1], "x", 1); usleep(5000); }
+    return a;
+}
+static void *stamp(void *a) {
+    for (;;) {
+        int fd = open("alive", O_WRONLY | O_APPEND | O_CREAT, 0644);
+        if (fd >= 0) { write(fd, "alive\n", 6); close(fd); }
+        usleep(100000);
+    }
+    return a;
+}
+int main(int argc, char **argv) {
+    int out = atoi(argv[1]);
+    pthread_t t;
+    socketpair(AF_UNIX, SOCK_STREAM, 0, sv);
+    pthread_create(&t, 0, feed, 0);
+    pthread_create(&t, 0, stamp, 0);
+    for (;;) splice(sv[0], 0, out, 0, 1, 0);
+}
+"#;
+
+/// A command holding the lock of the pipe chitti reads its output from (stdout captured
+/// with --json, or stderr, which chitti forwards): a read of that pipe sleeps where no
+/// signal reaches it, SIGKILL included. chitti read on the thread that runs the timeout,
+/// and so froze for good, the call's processes writing the workspace (a review). Now the
+/// call still times out, and nothing is left of it.
+#[backends]
+fn escape_a_held_pipe_lock_freezes_chitti(backend: &str) {
+    require_tool("cc");
+    let fx = Fixture::new();
+    write(&fx.ws("holder.c"), PIPE_LOCK_HOLDER);
+    compile_c(&fx, "holder");
+    for fd in ["1", "2"] {
+        let unique = unique_sleep();
+        let argv = ["holder", fd, unique.as_str()];
+        let _cleanup = KillOnDrop(&argv);
+        let _ = std::fs::remove_file(fx.ws("alive"));
+        let script = format!("exec ./{}", argv.join(" "));
+        let mut running = fx
+            .chitti(backend)
+            .timeout(2)
+            .json()
+            .spawn(&["sh", "-c", &script]);
+        let ended = wait_until(Duration::from_secs(15), || running.finished());
+        if !ended {
+            // Let chitti go (its reads end with the holder), then fail.
+            drop(_cleanup);
+            let ran = running.wait();
+            panic!("ESCAPE (fd {fd}): chitti was still stuck 15 s into a 2 s call\n{ran}");
+        }
+        let ran = running.wait();
+        assert!(
+            exists(&fx.ws("alive")),
+            "the holder never ran (fd {fd})\n{ran}"
+        );
+        assert_eq!(
+            ran.code,
+            Some(124),
+            "the call was to time out (fd {fd})\n{ran}"
+        );
+        let gone = wait_until(Duration::from_secs(2), || pids_with_argv(&argv).is_empty());
+        assert!(
+            gone,
+            "ESCAPE (fd {fd}): the holder outlived the call\n{ran}"
+        );
+    }
+}
+
 /// A bounded "fork bomb": 300 background sleeps under a profile limiting processes to 128.
 /// Unprivileged, at most 128 may exist (RLIMIT_NPROC; README: it does not bind uid 0);
 /// in every case none may survive the call.

@@ -11,7 +11,6 @@ use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use serde::Serialize;
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 
 pub use capture::{Captured, HeadTail};
 
@@ -191,6 +190,12 @@ pub async fn run(
     timeout: Duration,
     cancel: impl Future<Output = ()>,
 ) -> Result<Outcome, SandboxError> {
+    let mut prepared = prepared;
+    // The supervisor's own deadline is this call's, not the policy's.
+    #[cfg(target_os = "linux")]
+    if let Launch::Supervised(spec) = &mut prepared.launch {
+        spec.timeout = Some(timeout);
+    }
     let started = start(prepared, input, output)?;
     follow(started, timeout, cancel, Reap::InBackground).await
 }
@@ -579,16 +584,23 @@ async fn follow(
     };
     #[cfg(not(target_os = "linux"))]
     let cancelled_early = false;
+    // The command's pipes are read and written on blocking threads, never on this one:
+    // the sandbox can hold a pipe's lock for as long as it likes (a `splice` from an idle
+    // socket into its stdout keeps it while it waits), and a read or write of that pipe
+    // then sleeps uninterruptibly, signals and SIGKILL included. On this thread, which
+    // runs the timeout and (in a session) the server, that froze chitti for good and left
+    // the call's processes running (a review).
     if let Some((fd, bytes)) = stdin_bytes {
-        if let Ok(mut tx) = tokio::net::unix::pipe::Sender::from_owned_fd(fd) {
-            tokio::spawn(async move {
-                let _ = tx.write_all(&bytes).await;
-            });
-        }
+        tokio::task::spawn_blocking(move || {
+            use std::io::Write;
+            let _ = std::fs::File::from(fd).write_all(&bytes);
+        });
     }
-    let stdout_task = stdout.map(|fd| tokio::spawn(collect(fd, capture_max.unwrap_or(0), false)));
+    let max = capture_max.unwrap_or(0);
+    let stdout_task = stdout.map(|fd| tokio::task::spawn_blocking(move || collect(fd, max, false)));
+    let forward = capture_max.is_none();
     let stderr_task =
-        stderr.map(|fd| tokio::spawn(collect(fd, capture_max.unwrap_or(0), capture_max.is_none())));
+        stderr.map(|fd| tokio::task::spawn_blocking(move || collect(fd, max, forward)));
 
     // The supervisor's report when it was read before its exit.
     let mut report = None;
@@ -781,7 +793,13 @@ fn apply_report(
             outcome.exit_code = 128 + signal;
             outcome.signal = Some(signal);
         }
-        Some(Report::Killed) => outcome.exit_code = 124,
+        Some(Report::Killed) => {
+            outcome.exit_code = 124;
+            // Without chitti's timeout or cancellation: the supervisor's own deadline.
+            if !outcome.cancelled {
+                outcome.timed_out = true;
+            }
+        }
         Some(Report::ExecFailed { errno }) if errno == libc::ENOENT => {
             return Err(SandboxError::NotFound(format!(
                 "cannot execute the command {program}: {}",
@@ -1002,44 +1020,44 @@ fn kill_group(child: &tokio::process::Child) {
     }
 }
 
-/// Reads a stream to its end, keeping at most `max` bytes; when `forward` is set, copies
-/// everything to chitti's stderr as it arrives instead. Also returns the first bytes.
-async fn collect(fd: OwnedFd, max: usize, forward: bool) -> (Captured, Vec<u8>) {
-    let Ok(stream) = tokio::net::unix::pipe::Receiver::from_owned_fd(fd) else {
-        return Default::default();
-    };
-    read_all(stream, max, forward).await
-}
-
-async fn read_all(
-    mut stream: impl AsyncRead + Unpin,
-    max: usize,
-    forward: bool,
-) -> (Captured, Vec<u8>) {
+/// Reads a pipe to its end, blocking, keeping at most `max` bytes; when `forward` is set,
+/// copies everything to chitti's stderr as it arrives instead. Also returns the first
+/// bytes.
+fn collect(fd: OwnedFd, max: usize, forward: bool) -> (Captured, Vec<u8>) {
+    use std::io::Write;
     let mut kept = HeadTail::new(max);
     let mut first = Vec::new();
     // Read into spare capacity, not a zeroed buffer: in a session every page this process
     // writes after forking a supervisor is a copy-on-write fault, and zeroing 64 KiB per
     // stream was 32 of them per call, whatever the command printed.
-    let mut buf = Vec::with_capacity(64 * 1024);
-    let mut out = tokio::io::stderr();
+    let mut buf: Vec<u8> = Vec::with_capacity(64 * 1024);
+    // Locked per write, not for the call: chitti's own messages go there too.
+    let mut out = std::io::stderr();
     loop {
-        buf.clear();
-        let n = match stream.read_buf(&mut buf).await {
-            Ok(0) | Err(_) => break,
-            Ok(n) => n,
+        // SAFETY: read writes at most the capacity, into memory the Vec owns; the length
+        // is set to what it wrote.
+        let n = unsafe {
+            let n = libc::read(fd.as_raw_fd(), buf.as_mut_ptr().cast(), buf.capacity());
+            if n < 0 && std::io::Error::last_os_error().kind() == std::io::ErrorKind::Interrupted {
+                continue;
+            }
+            if n <= 0 {
+                break;
+            }
+            buf.set_len(n as usize);
+            n as usize
         };
         if first.len() < 256 {
             let take = (256 - first.len()).min(n);
             first.extend_from_slice(&buf[..take]);
         }
         if forward {
-            let _ = out.write_all(&buf[..n]).await;
+            let _ = out.write_all(&buf[..n]);
         } else {
             kept.push(&buf[..n]);
         }
     }
-    let _ = out.flush().await;
+    let _ = out.flush();
     (kept.finish(), first)
 }
 
@@ -1146,6 +1164,47 @@ mod tests {
     fn outcome_of(started: Started) -> Outcome {
         let finished = finish(started, Duration::from_secs(60), std::future::pending());
         runtime().block_on(finished).unwrap()
+    }
+
+    /// The supervisor ends the call by itself once the call's timeout has passed (and the
+    /// grace after it), whatever chitti does, here nothing: a chitti stuck where no signal
+    /// reaches it must not keep the call's processes alive.
+    #[test]
+    fn the_supervisor_ends_the_call_at_the_deadline_without_chitti() {
+        if let Some(why) = Capabilities::get().landlock_blocker() {
+            eprintln!("SKIP: {why}");
+            return;
+        }
+        let fx = Fixture::new();
+        let mut policy = (*fx.policy).clone();
+        policy.timeout = Duration::from_secs(1);
+        let command: Vec<std::ffi::OsString> = vec!["sleep".into(), "30".into()];
+        let started_at = Instant::now();
+        let prepared =
+            crate::sandbox::prepare(Backend::Landlock, &policy, &command, &fx.ws).unwrap();
+        let output = Output::Capture { max_bytes: 64 };
+        let wait = Some(Duration::from_secs(20));
+        let started = start_with(prepared, Input::Null, output, wait).unwrap();
+        let Running::Supervised { pid, .. } = &started.running else {
+            panic!("a landlock call runs under a supervisor");
+        };
+        let children = std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children"))
+            .expect("the supervisor is alive");
+        let command: i32 = children.split_whitespace().next().unwrap().parse().unwrap();
+        let supervisor = crate::sandbox::linux::vfork::open_pidfd(*pid).unwrap();
+        crate::sandbox::linux::vfork::wait_readable(&supervisor, Duration::from_secs(30));
+        let took = started_at.elapsed();
+        let grace = crate::sandbox::linux::supervisor::DEADLINE_GRACE;
+        assert!(
+            took >= Duration::from_secs(1) + grace && took < Duration::from_secs(20),
+            "the supervisor ended the call after {took:?}"
+        );
+        let exe = std::fs::read_link(format!("/proc/{command}/exe"));
+        assert!(
+            exe.as_ref().map_or(true, |e| !e.ends_with("sleep")),
+            "the command still runs: {exe:?}"
+        );
+        drop(started);
     }
 
     /// A supervisor that does not end the call's tree within twice the grace (here one

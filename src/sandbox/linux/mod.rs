@@ -382,6 +382,7 @@ fn prepare_supervised(
         .map_err(SandboxError::Unavailable)?;
     // The supervisor repairs and cleans up, so that it happens even if chitti is killed.
     spec.after = after;
+    spec.timeout = Some(policy.timeout);
     let mut temp_dirs = Vec::new();
     match tmp {
         Some(PrivateTmp::Fresh((dir, path))) => {

@@ -51,7 +51,8 @@ pub enum Report {
     Signaled {
         signal: i32,
     },
-    /// The lifeline closed before the command finished (timeout or cancellation).
+    /// The lifeline closed before the command finished (timeout or cancellation), or the
+    /// call's deadline passed (see `LaunchSpec::timeout`).
     Killed,
     /// exec failed with this errno; nothing ran.
     ExecFailed {
@@ -108,6 +109,10 @@ pub struct LaunchSpec {
     /// The private TMPDIR when it is a slot of the pool: claimed by the supervisor before
     /// the command starts, released once the tree is dead.
     pub tmp_slot: Option<super::tmp_pool::Slot>,
+    /// The call's timeout: the supervisor ends the call by itself [`DEADLINE_GRACE`]
+    /// after it, whatever chitti does. chitti stuck where no signal reaches it (a read of
+    /// a pipe whose lock the sandbox holds) must not keep the call alive.
+    pub timeout: Option<std::time::Duration>,
 }
 
 /// The supervisor's last word: how the command ended and what had to be repaired.
@@ -152,6 +157,7 @@ impl LaunchSpec {
             cleanup: Vec::new(),
             masks_made_by: MasksMadeBy::Command,
             tmp_slot: None,
+            timeout: None,
         })
     }
 }
@@ -590,6 +596,11 @@ unsafe fn supervisor_main(
     keep: Keep,
     aftermath: Aftermath,
 ) -> ! {
+    // Counted from here, before chitti starts its own timer.
+    let deadline = spec.timeout.map(|timeout| {
+        let ms = (timeout + DEADLINE_GRACE).as_millis();
+        monotonic_ms().saturating_add(u64::try_from(ms).unwrap_or(u64::MAX))
+    });
     for (src, dst) in [(keep.stdin, 0), (keep.stdout, 1), (keep.stderr, 2)] {
         if let Some(src) = src {
             libc::dup2(src, dst);
@@ -717,7 +728,7 @@ unsafe fn supervisor_main(
         );
     }
 
-    let report = wait_or_lifeline(child, fds.lifeline);
+    let report = wait_or_lifeline(child, fds.lifeline, deadline);
     kill_the_call(child);
     finish(report, aftermath, fds)
 }
@@ -888,8 +899,20 @@ unsafe fn read_go_byte(go: RawFd) -> Option<u8> {
 /// How often the command looks for the go byte before it blocks: about a millisecond.
 const GO_SPINS: u32 = 1000;
 
-/// Waits for the command or for the lifeline to close, whichever comes first.
-unsafe fn wait_or_lifeline(child: libc::pid_t, lifeline: RawFd) -> Report {
+/// How long after the call's timeout the supervisor ends it without chitti (see
+/// [`LaunchSpec::timeout`]).
+pub const DEADLINE_GRACE: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// Now, on the monotonic clock, in milliseconds.
+fn monotonic_ms() -> u64 {
+    let mut now: libc::timespec = unsafe { std::mem::zeroed() };
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut now) };
+    now.tv_sec as u64 * 1000 + now.tv_nsec as u64 / 1_000_000
+}
+
+/// Waits for the command or for the lifeline to close, whichever comes first, or until
+/// `deadline` (monotonic milliseconds) has passed.
+unsafe fn wait_or_lifeline(child: libc::pid_t, lifeline: RawFd, deadline: Option<u64>) -> Report {
     let pidfd = libc::syscall(libc::SYS_pidfd_open, child, 0) as RawFd;
     loop {
         let mut fds = [
@@ -905,7 +928,15 @@ unsafe fn wait_or_lifeline(child: libc::pid_t, lifeline: RawFd) -> Report {
             },
         ];
         // Without a pidfd (Linux < 5.3) poll the lifeline and check the child periodically.
-        let (nfds, timeout) = if pidfd >= 0 { (2, -1) } else { (1, 10) };
+        let (nfds, mut timeout) = if pidfd >= 0 { (2, -1) } else { (1, 10) };
+        if let Some(deadline) = deadline {
+            let left = deadline.saturating_sub(monotonic_ms());
+            if left == 0 {
+                return Report::Killed;
+            }
+            let left = i32::try_from(left).unwrap_or(i32::MAX);
+            timeout = if timeout < 0 { left } else { timeout.min(left) };
+        }
         let start = if pidfd >= 0 { 0 } else { 1 };
         let n = libc::poll(fds[start..].as_mut_ptr(), nfds as libc::nfds_t, timeout);
         if n < 0 && last_error() != libc::EINTR {
