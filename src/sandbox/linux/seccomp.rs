@@ -213,10 +213,11 @@ fn deny_rules(network: bool, shares_host: bool) -> BTreeMap<i64, Vec<Rule>> {
                 .push(vec![check(0, Eq(which_user))]);
         }
         // Without a PID namespace the call's processes are one process group, which the
-        // supervisor kills at once (see `plainly_denied`). A signal to a whole group (pid
-        // 0 or negative, or -1: every process it may signal) can only reach that group,
-        // the call itself: `timeout`, which would have made a group of its own, would
-        // kill the call's shell with it.
+        // supervisor kills at once (see `pretended`). A signal to a whole group (pid 0 or
+        // negative, or -1: every process it may signal) could only reach that group, the
+        // call itself: `timeout`, which believes it made a group of its own, would kill
+        // the call's shell with it. (Not a boundary: SIGIO aimed at a group through
+        // fcntl(F_SETOWN) still reaches it; it is the call's own.)
         rules.insert(
             libc::SYS_kill,
             vec![vec![check(0, Eq(0))], vec![check(0, AnyBitOf(1 << 31))]],
