@@ -596,11 +596,12 @@ async fn follow(
             let _ = std::fs::File::from(fd).write_all(&bytes);
         });
     }
-    let max = capture_max.unwrap_or(0);
-    let stdout_task = stdout.map(|fd| tokio::task::spawn_blocking(move || collect(fd, max, false)));
-    let forward = capture_max.is_none();
-    let stderr_task =
-        stderr.map(|fd| tokio::task::spawn_blocking(move || collect(fd, max, forward)));
+    // One thread for both streams: each hand-over to a thread is a wake-up of the other CPU.
+    let readers = (stdout.is_some() || stderr.is_some()).then(|| {
+        let max = capture_max.unwrap_or(0);
+        let forward = capture_max.is_none();
+        tokio::task::spawn_blocking(move || collect([stdout, stderr], max, forward))
+    });
 
     // The supervisor's report when it was read before its exit.
     let mut report = None;
@@ -626,13 +627,9 @@ async fn follow(
     }
     let duration = started.elapsed();
 
-    let stdout = match stdout_task {
-        Some(task) => task.await.map(|(c, _)| c).unwrap_or_default(),
-        None => Captured::default(),
-    };
-    let (stderr, stderr_head) = match stderr_task {
+    let [(stdout, _), (stderr, stderr_head)] = match readers {
         Some(task) => task.await.unwrap_or_default(),
-        None => (Captured::default(), Vec::new()),
+        None => Default::default(),
     };
     // Every sandboxed process is gone now, so nothing can race the repairs.
     let mut repairs: Vec<String> = after.into_iter().flat_map(|f| f.run()).collect();
@@ -1020,45 +1017,79 @@ fn kill_group(child: &tokio::process::Child) {
     }
 }
 
-/// Reads a pipe to its end, blocking, keeping at most `max` bytes; when `forward` is set,
-/// copies everything to chitti's stderr as it arrives instead. Also returns the first
-/// bytes.
-fn collect(fd: OwnedFd, max: usize, forward: bool) -> (Captured, Vec<u8>) {
+/// What was read of a stream: what was kept of it, and its first bytes.
+type Collected = (Captured, Vec<u8>);
+
+/// Reads the command's stdout and stderr pipes (each if given) to their ends, blocking,
+/// keeping at most `max` bytes of each; when `forward` is set, copies stderr to chitti's
+/// own as it arrives instead. Also returns the first bytes of each.
+fn collect(pipes: [Option<OwnedFd>; 2], max: usize, forward: bool) -> [Collected; 2] {
     use std::io::Write;
-    let mut kept = HeadTail::new(max);
-    let mut first = Vec::new();
+    let mut kept = [HeadTail::new(max), HeadTail::new(max)];
+    let mut first = [Vec::new(), Vec::new()];
     // Read into spare capacity, not a zeroed buffer: in a session every page this process
     // writes after forking a supervisor is a copy-on-write fault, and zeroing 64 KiB per
     // stream was 32 of them per call, whatever the command printed.
     let mut buf: Vec<u8> = Vec::with_capacity(64 * 1024);
     // Locked per write, not for the call: chitti's own messages go there too.
     let mut out = std::io::stderr();
-    loop {
+    let mut open = pipes;
+    while open.iter().any(Option::is_some) {
+        let mut polled: Vec<libc::pollfd> = open
+            .iter()
+            .flatten()
+            .map(|fd| libc::pollfd {
+                fd: fd.as_raw_fd(),
+                events: libc::POLLIN,
+                revents: 0,
+            })
+            .collect();
+        // SAFETY: `polled` is as long as the count given.
+        let n = unsafe { libc::poll(polled.as_mut_ptr(), polled.len() as libc::nfds_t, -1) };
+        if n < 0 {
+            if std::io::Error::last_os_error().kind() == std::io::ErrorKind::Interrupted {
+                continue;
+            }
+            break;
+        }
+        let mut ready = polled.iter().filter(|p| p.revents != 0).map(|p| p.fd);
+        let Some(fd) = ready.next() else { continue };
+        let i = open
+            .iter()
+            .position(|o| o.as_ref().is_some_and(|o| o.as_raw_fd() == fd))
+            .expect("polled from the open pipes");
         // SAFETY: read writes at most the capacity, into memory the Vec owns; the length
         // is set to what it wrote.
         let n = unsafe {
-            let n = libc::read(fd.as_raw_fd(), buf.as_mut_ptr().cast(), buf.capacity());
+            buf.set_len(0);
+            let n = libc::read(fd, buf.as_mut_ptr().cast(), buf.capacity());
             if n < 0 && std::io::Error::last_os_error().kind() == std::io::ErrorKind::Interrupted {
                 continue;
             }
             if n <= 0 {
-                break;
+                open[i] = None;
+                continue;
             }
             buf.set_len(n as usize);
             n as usize
         };
-        if first.len() < 256 {
-            let take = (256 - first.len()).min(n);
-            first.extend_from_slice(&buf[..take]);
+        if first[i].len() < 256 {
+            let take = (256 - first[i].len()).min(n);
+            first[i].extend_from_slice(&buf[..take]);
         }
-        if forward {
+        if forward && i == 1 {
             let _ = out.write_all(&buf[..n]);
         } else {
-            kept.push(&buf[..n]);
+            kept[i].push(&buf[..n]);
         }
     }
     let _ = out.flush();
-    (kept.finish(), first)
+    let [stdout, stderr] = kept;
+    let [stdout_first, stderr_first] = first;
+    [
+        (stdout.finish(), stdout_first),
+        (stderr.finish(), stderr_first),
+    ]
 }
 
 #[cfg(all(test, target_os = "linux"))]
