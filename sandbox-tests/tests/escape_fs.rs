@@ -7,7 +7,7 @@
 //! they were, the decoy secret is not in the captured output.
 
 use std::path::Path;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use sandbox_tests::*;
 
@@ -1257,6 +1257,62 @@ fn repository_with_a_submodule(fx: &Fixture, path: &str) {
         path,
     ]);
     fx.git(&["commit", "-q", "-m", "submodule"]);
+}
+
+/// The command leaves a FIFO where git keeps its index, or a link to chitti's own stdin
+/// (a session's requests), or a FIFO for a split index's shared part: chitti's check of
+/// the repository after the call (and before the next) opened the index, or ran git on
+/// it, and waited for good, past every timeout (a review froze a session's server so).
+/// Now each call ends at once, the check said not done (exit 125), and so does the next.
+#[backends]
+fn escape_a_fifo_for_git_s_index_freezes_chitti(backend: &str) {
+    for (what, plant) in [
+        ("a FIFO", "rm -f .git/index && mkfifo -m 600 .git/index"),
+        (
+            "a link to stdin",
+            "rm -f .git/index && ln -s /proc/self/fd/0 .git/index",
+        ),
+        (
+            "a FIFO for the shared index",
+            "git update-index --split-index && for f in .git/sharedindex.*; do rm -f $f && \
+             mkfifo -m 600 $f; done",
+        ),
+    ] {
+        let fx = Fixture::new();
+        fx.init_repo();
+        let started = Instant::now();
+        let mut running = fx
+            .chitti(backend)
+            .timeout(5)
+            .spawn(&["sh", "-c", &probe(plant)]);
+        let ended = wait_until(Duration::from_secs(40), || running.finished());
+        if !ended {
+            running.signal(libc::SIGKILL);
+        }
+        let ran = running.wait();
+        assert!(
+            ended,
+            "ESCAPE ({what}): chitti was still stuck 40 s into a 5 s call\n{ran}"
+        );
+        // (Its exit is the check's: `assert_probe_ran` takes 125 for a sandbox that ran nothing.)
+        assert!(
+            ran.all().contains("PROBE-DONE"),
+            "({what}) the probe did not run\n{ran}"
+        );
+        assert_eq!(
+            ran.code,
+            Some(125),
+            "({what}) the check was not done\n{ran}"
+        );
+        assert!(ran.all().contains("not checked"), "({what})\n{ran}");
+        let next = fx.chitti(backend).timeout(5).run(&["true"]);
+        assert_eq!(next.code, Some(125), "({what}) the next call\n{next}");
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "({what}) the two calls took {:?}",
+            started.elapsed()
+        );
+    }
 }
 
 /// A submodule whose name has a slash keeps its git directory two levels down in

@@ -735,7 +735,11 @@ impl NestedRepoGuard {
                             if !seen.commits.insert((module.clone(), id.to_string())) {
                                 continue;
                             }
-                            for (inner, inner_id) in gitlinks_in_commit(&module, id) {
+                            let listed = gitlinks_in_commit(&module, id).unwrap_or_else(|e| {
+                                problems.push(format!("nested repositories not checked: {e}"));
+                                Vec::new()
+                            });
+                            for (inner, inner_id) in listed {
                                 self.follow_gitlink(
                                     &sub_work,
                                     &module,
@@ -810,7 +814,11 @@ impl NestedRepoGuard {
                 && head_commit(&sub_git).as_deref() != Some(id)
                 && seen.commits.insert((sub_git.clone(), id.to_string()))
             {
-                for (inner, inner_id) in gitlinks_in_commit(&sub_git, id) {
+                let listed = gitlinks_in_commit(&sub_git, id).unwrap_or_else(|e| {
+                    problems.push(format!("nested repositories not checked: {e}"));
+                    Vec::new()
+                });
+                for (inner, inner_id) in listed {
                     self.follow_gitlink(
                         &sub_work,
                         &sub_git,
@@ -1283,7 +1291,12 @@ fn small_file(path: &Path) -> Option<(u32, Vec<u8>)> {
     if !meta.is_file() || meta.len() > 1024 * 1024 {
         return None;
     }
-    Some((meta.permissions().mode(), std::fs::read(path).ok()?))
+    // Read as what is there now: it may have been replaced by a FIFO since.
+    let mode = meta.permissions().mode();
+    match read_at_most(path, 1024 * 1024).ok()? {
+        Bounded::Whole(text) => Some((mode, text)),
+        Bounded::Start(_) => None,
+    }
 }
 
 fn hooks_changed(guard: &NestedRepoGuard, hooks: &Path) -> bool {
@@ -1297,6 +1310,10 @@ fn hooks_changed(guard: &NestedRepoGuard, hooks: &Path) -> bool {
 /// length is not known, or it does not parse here) listed by git itself.
 fn read_gitlinks(git_dir: &Path, work_dir: &Path) -> Result<Vec<Gitlink>, String> {
     let index = git_dir.join("index");
+    // Neither read here nor handed to git (which would wait on a FIFO until killed).
+    if std::fs::metadata(&index).is_ok_and(|m| !m.is_file()) {
+        return Err(format!("{}: not a regular file", index.display()));
+    }
     let Some(id_len) = object_id_len(git_dir)? else {
         return gitlinks_by_git(git_dir, work_dir);
     };
@@ -1424,19 +1441,31 @@ fn module_git_dirs(git_dir: &Path, seen: &mut Walked, problems: &mut Vec<String>
 /// The gitlinks of the tree of `commit` in the repository `git_dir` (paths, with the
 /// commits they record), as git lists them (`git ls-tree`, run as for `ls-files`, see
 /// [`gitlinks_by_git`]); nothing where git cannot (the commit is not there: `git submodule
-/// update` then fetches it from the remote the protected config names).
-fn gitlinks_in_commit(git_dir: &Path, commit: &str) -> Vec<Gitlink> {
+/// update` then fetches it from the remote the protected config names). An error where
+/// git did not finish in time.
+fn gitlinks_in_commit(git_dir: &Path, commit: &str) -> Result<Vec<Gitlink>, String> {
     let Ok(git) = which::which("git") else {
-        return Vec::new();
+        return Ok(Vec::new());
     };
-    let out = locked_down_git(&git, git_dir, None)
-        .args(["ls-tree", "-r", "-z", "--full-tree", commit])
-        .output();
+    let out = run_git(locked_down_git(&git, git_dir, None).args([
+        "ls-tree",
+        "-r",
+        "-z",
+        "--full-tree",
+        commit,
+    ]));
+    let out = match out {
+        Err(e) if e.kind() == std::io::ErrorKind::TimedOut => {
+            return Err(format!("listing a commit of {}: {e}", git_dir.display()))
+        }
+        out => out,
+    };
     let Some(out) = out.ok().filter(|out| out.status.success()) else {
-        return Vec::new();
+        return Ok(Vec::new());
     };
     // `MODE TYPE OBJECT<TAB>PATH`, each ended by a NUL.
-    out.stdout
+    Ok(out
+        .stdout
         .split(|b| *b == 0)
         .filter_map(|record| {
             let tab = record.iter().position(|b| *b == b'\t')?;
@@ -1447,7 +1476,7 @@ fn gitlinks_in_commit(git_dir: &Path, commit: &str) -> Vec<Gitlink> {
                 .to_ascii_lowercase();
             (mode & 0o170000 == 0o160000).then(|| (record[tab + 1..].to_vec(), id))
         })
-        .collect()
+        .collect())
 }
 
 /// The length of the repository's object ids (`extensions.objectFormat`, in the config of
@@ -1489,6 +1518,18 @@ const CONFIG_MAX: u64 = 1024 * 1024;
 /// config, no fsmonitor, no hooks, no transport (a lazy fetch of missing objects would
 /// start one), in a bare environment.
 fn gitlinks_by_git(git_dir: &Path, work_dir: &Path) -> Result<Vec<Gitlink>, String> {
+    // A split index's shared part, which git reads too: a FIFO there would hold it until
+    // it is killed.
+    if let Ok(entries) = std::fs::read_dir(git_dir) {
+        for entry in entries.flatten() {
+            let shared = entry.path();
+            if entry.file_name().as_bytes().starts_with(b"sharedindex.")
+                && std::fs::metadata(&shared).is_ok_and(|m| !m.is_file())
+            {
+                return Err(format!("{}: not a regular file", shared.display()));
+            }
+        }
+    }
     // Read with one thread and with several: with several git takes entries and extensions
     // from where an `EOIE`/`IEOT` says (as the host's git may, per its own config).
     let mut all = gitlinks_by_git_with(git_dir, work_dir, "index.threads=1")?;
@@ -1498,6 +1539,75 @@ fn gitlinks_by_git(git_dir: &Path, work_dir: &Path) -> Result<Vec<Gitlink>, Stri
         }
     }
     Ok(all)
+}
+
+/// How long a git run of the checks may take before it is killed.
+const GIT_PATIENCE: Duration = Duration::from_secs(15);
+
+/// Runs a git command of the checks to its end, or kills it after [`GIT_PATIENCE`]
+/// (TimedOut): git reads what the command left in the repository, and a FIFO there (a
+/// split index's `sharedindex.*`, an object) would hold git, and chitti waiting for it,
+/// for good (a review froze a session's server so).
+fn run_git(command: &mut std::process::Command) -> std::io::Result<std::process::Output> {
+    use std::io::Read;
+    use std::process::Stdio;
+    let mut child = command
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()?;
+    let drain = |pipe: Option<Box<dyn Read + Send>>| {
+        std::thread::spawn(move || {
+            let mut bytes = Vec::new();
+            if let Some(mut pipe) = pipe {
+                let _ = pipe.read_to_end(&mut bytes);
+            }
+            bytes
+        })
+    };
+    let stdout = drain(
+        child
+            .stdout
+            .take()
+            .map(|p| Box::new(p) as Box<dyn Read + Send>),
+    );
+    let stderr = drain(
+        child
+            .stderr
+            .take()
+            .map(|p| Box::new(p) as Box<dyn Read + Send>),
+    );
+    let deadline = std::time::Instant::now() + GIT_PATIENCE;
+    let status = loop {
+        if let Some(status) = child.try_wait()? {
+            break status;
+        }
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        if left.is_zero() {
+            let _ = child.kill();
+            let _ = child.wait();
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                format!("git did not finish within {} s", GIT_PATIENCE.as_secs()),
+            ));
+        }
+        wait_for_exit(&child, left);
+    };
+    Ok(std::process::Output {
+        status,
+        stdout: stdout.join().unwrap_or_default(),
+        stderr: stderr.join().unwrap_or_default(),
+    })
+}
+
+/// Waits until `child` exits, or `limit` has passed (or a little while, without pidfds).
+fn wait_for_exit(child: &std::process::Child, limit: Duration) {
+    #[cfg(target_os = "linux")]
+    if let Ok(pidfd) = super::linux::vfork::open_pidfd(child.id() as libc::pid_t) {
+        super::linux::vfork::wait_readable(&pidfd, limit);
+        return;
+    }
+    let _ = child;
+    std::thread::sleep(limit.min(Duration::from_millis(5)));
 }
 
 /// git, run so that the repository, which the sandbox may have written, can make it run
@@ -1537,12 +1647,13 @@ fn gitlinks_by_git_with(
         )
     };
     let git = which::which("git").map_err(|e| failed(e.to_string()))?;
-    let out = locked_down_git(&git, git_dir, Some(threads))
-        .arg("--work-tree")
-        .arg(work_dir)
-        .args(["ls-files", "--stage", "-z"])
-        .output()
-        .map_err(|e| failed(e.to_string()))?;
+    let out = run_git(
+        locked_down_git(&git, git_dir, Some(threads))
+            .arg("--work-tree")
+            .arg(work_dir)
+            .args(["ls-files", "--stage", "-z"]),
+    )
+    .map_err(|e| failed(e.to_string()))?;
     if !out.status.success() {
         return Err(failed(
             String::from_utf8_lossy(&out.stderr).trim().to_string(),
@@ -1565,7 +1676,7 @@ fn gitlinks_by_git_with(
 }
 
 fn read_index(index: &Path, id_len: usize) -> Result<Option<IndexGitlinks>, String> {
-    let file = match std::fs::File::open(index) {
+    let file = match crate::bounded_read::open_regular(index) {
         Ok(file) => file,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
         Err(e) => return Err(format!("{}: {e}", index.display())),
@@ -1598,8 +1709,9 @@ fn git_dir_of(work_dir: &Path) -> Result<Option<PathBuf>, String> {
             return cannot("it is over 1 MiB".into());
         }
         // Through a symlink, as git reads it.
-        let text = match std::fs::read(&dot_git) {
-            Ok(text) => text,
+        let text = match read_at_most(&dot_git, 1 << 20) {
+            Ok(Bounded::Whole(text)) => text,
+            Ok(Bounded::Start(_)) => return cannot("it is over 1 MiB".into()),
             Err(e) => return cannot(e.to_string()),
         };
         let Some(mut path) = text.strip_prefix(b"gitdir: ") else {

@@ -598,7 +598,7 @@ unsafe fn supervisor_main(
 ) -> ! {
     // Counted from here, before chitti starts its own timer.
     let deadline = spec.timeout.map(|timeout| {
-        let ms = (timeout + DEADLINE_GRACE).as_millis();
+        let ms = timeout.saturating_add(DEADLINE_GRACE).as_millis();
         monotonic_ms().saturating_add(u64::try_from(ms).unwrap_or(u64::MAX))
     });
     for (src, dst) in [(keep.stdin, 0), (keep.stdout, 1), (keep.stderr, 2)] {
