@@ -1102,13 +1102,22 @@ mod tests {
     /// A landlock call of `sleep 30`, just started (None, said loudly, without Landlock);
     /// with `wait_for_start`, waited for that long at most until `sleep` runs.
     fn start_sleep(fx: &Fixture, wait_for_start: Option<Duration>) -> Option<Started> {
+        start_sleep_under(fx, &fx.policy, wait_for_start)
+    }
+
+    /// [`start_sleep`] under `policy`.
+    fn start_sleep_under(
+        fx: &Fixture,
+        policy: &crate::policy::Policy,
+        wait_for_start: Option<Duration>,
+    ) -> Option<Started> {
         if let Some(why) = Capabilities::get().landlock_blocker() {
             eprintln!("SKIP: {why}");
             return None;
         }
         let command: Vec<std::ffi::OsString> = vec!["sleep".into(), "30".into()];
         let prepared =
-            crate::sandbox::prepare(Backend::Landlock, &fx.policy, &command, &fx.ws).unwrap();
+            crate::sandbox::prepare(Backend::Landlock, policy, &command, &fx.ws).unwrap();
         let output = Output::Capture { max_bytes: 64 };
         Some(start_with(prepared, Input::Null, output, wait_for_start).unwrap())
     }
@@ -1149,15 +1158,7 @@ mod tests {
 
     /// Checked from outside: the supervisor's child already runs `sleep` (it has exec'd).
     fn assert_the_command_runs_sleep(started: &Started) {
-        let Running::Supervised { pid, .. } = &started.running else {
-            panic!("a landlock call runs under a supervisor");
-        };
-        let children = std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children"))
-            .expect("the supervisor is alive");
-        let command_pid = children
-            .split_whitespace()
-            .next()
-            .unwrap_or_else(|| panic!("the supervisor has no child yet: {children:?}"));
+        let command_pid = the_command(started);
         let exe = std::fs::read_link(format!("/proc/{command_pid}/exe")).unwrap();
         assert_eq!(
             exe.file_name().and_then(|n| n.to_str()),
@@ -1165,6 +1166,20 @@ mod tests {
             "the command runs {}",
             exe.display()
         );
+    }
+
+    /// The supervisor's child, the command (its pid, read from outside).
+    fn the_command(started: &Started) -> libc::pid_t {
+        let Running::Supervised { pid, .. } = &started.running else {
+            panic!("a landlock call runs under a supervisor");
+        };
+        let children = std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children"))
+            .expect("the supervisor is alive");
+        children
+            .split_whitespace()
+            .next()
+            .and_then(|pid| pid.parse().ok())
+            .unwrap_or_else(|| panic!("the supervisor has no child yet: {children:?}"))
     }
 
     /// The wait ends when the command runs its program, not when the command ends.
@@ -1202,26 +1217,17 @@ mod tests {
     /// reaches it must not keep the call's processes alive.
     #[test]
     fn the_supervisor_ends_the_call_at_the_deadline_without_chitti() {
-        if let Some(why) = Capabilities::get().landlock_blocker() {
-            eprintln!("SKIP: {why}");
-            return;
-        }
         let fx = Fixture::new();
         let mut policy = (*fx.policy).clone();
         policy.timeout = Duration::from_secs(1);
-        let command: Vec<std::ffi::OsString> = vec!["sleep".into(), "30".into()];
         let started_at = Instant::now();
-        let prepared =
-            crate::sandbox::prepare(Backend::Landlock, &policy, &command, &fx.ws).unwrap();
-        let output = Output::Capture { max_bytes: 64 };
-        let wait = Some(Duration::from_secs(20));
-        let started = start_with(prepared, Input::Null, output, wait).unwrap();
+        let Some(started) = start_sleep_under(&fx, &policy, Some(Duration::from_secs(20))) else {
+            return;
+        };
+        let command = the_command(&started);
         let Running::Supervised { pid, .. } = &started.running else {
             panic!("a landlock call runs under a supervisor");
         };
-        let children = std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children"))
-            .expect("the supervisor is alive");
-        let command: i32 = children.split_whitespace().next().unwrap().parse().unwrap();
         let supervisor = crate::sandbox::linux::vfork::open_pidfd(*pid).unwrap();
         crate::sandbox::linux::vfork::wait_readable(&supervisor, Duration::from_secs(30));
         let took = started_at.elapsed();

@@ -735,23 +735,9 @@ impl NestedRepoGuard {
                             if !seen.commits.insert((module.clone(), id.to_string())) {
                                 continue;
                             }
-                            let listed = gitlinks_in_commit(&module, id).unwrap_or_else(|e| {
-                                problems.push(format!("nested repositories not checked: {e}"));
-                                Vec::new()
-                            });
-                            for (inner, inner_id) in listed {
-                                self.follow_gitlink(
-                                    &sub_work,
-                                    &module,
-                                    &inner,
-                                    &inner_id,
-                                    depth + 1,
-                                    false,
-                                    seen,
-                                    found,
-                                    problems,
-                                );
-                            }
+                            self.follow_commit(
+                                &sub_work, &module, id, depth, seen, found, problems,
+                            );
                         }
                     }
                     return;
@@ -814,24 +800,41 @@ impl NestedRepoGuard {
                 && head_commit(&sub_git).as_deref() != Some(id)
                 && seen.commits.insert((sub_git.clone(), id.to_string()))
             {
-                let listed = gitlinks_in_commit(&sub_git, id).unwrap_or_else(|e| {
-                    problems.push(format!("nested repositories not checked: {e}"));
-                    Vec::new()
-                });
-                for (inner, inner_id) in listed {
-                    self.follow_gitlink(
-                        &sub_work,
-                        &sub_git,
-                        &inner,
-                        &inner_id,
-                        depth + 1,
-                        false,
-                        seen,
-                        found,
-                        problems,
-                    );
-                }
+                self.follow_commit(&sub_work, &sub_git, id, depth, seen, found, problems);
             }
+        }
+    }
+
+    /// Follows the gitlinks of the tree of `commit` in `git_dir` (the submodule at
+    /// `work_dir`, at `depth`), as `git submodule update` would check them out; a listing
+    /// git did not finish is a problem.
+    #[allow(clippy::too_many_arguments)]
+    fn follow_commit(
+        &self,
+        work_dir: &Path,
+        git_dir: &Path,
+        commit: &str,
+        depth: usize,
+        seen: &mut Walked,
+        found: &mut Vec<Found>,
+        problems: &mut Vec<String>,
+    ) {
+        let listed = gitlinks_in_commit(git_dir, commit).unwrap_or_else(|e| {
+            problems.push(format!("nested repositories not checked: {e}"));
+            Vec::new()
+        });
+        for (inner, inner_id) in listed {
+            self.follow_gitlink(
+                work_dir,
+                git_dir,
+                &inner,
+                &inner_id,
+                depth + 1,
+                false,
+                seen,
+                found,
+                problems,
+            );
         }
     }
 
