@@ -596,10 +596,10 @@ unsafe fn supervisor_main(
     keep: Keep,
     aftermath: Aftermath,
 ) -> ! {
-    // Counted from here, before chitti starts its own timer.
-    let deadline = spec.timeout.map(|timeout| {
-        let ms = timeout.saturating_add(DEADLINE_GRACE).as_millis();
-        monotonic_ms().saturating_add(u64::try_from(ms).unwrap_or(u64::MAX))
+    // Counted from here, before chitti starts its own timer (none where it is too far off
+    // to be told).
+    let deadline = spec.timeout.and_then(|timeout| {
+        std::time::Instant::now().checked_add(timeout.saturating_add(DEADLINE_GRACE))
     });
     for (src, dst) in [(keep.stdin, 0), (keep.stdout, 1), (keep.stderr, 2)] {
         if let Some(src) = src {
@@ -903,16 +903,13 @@ const GO_SPINS: u32 = 1000;
 /// [`LaunchSpec::timeout`]).
 pub const DEADLINE_GRACE: std::time::Duration = std::time::Duration::from_secs(2);
 
-/// Now, on the monotonic clock, in milliseconds.
-fn monotonic_ms() -> u64 {
-    let mut now: libc::timespec = unsafe { std::mem::zeroed() };
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut now) };
-    now.tv_sec as u64 * 1000 + now.tv_nsec as u64 / 1_000_000
-}
-
 /// Waits for the command or for the lifeline to close, whichever comes first, or until
-/// `deadline` (monotonic milliseconds) has passed.
-unsafe fn wait_or_lifeline(child: libc::pid_t, lifeline: RawFd, deadline: Option<u64>) -> Report {
+/// `deadline` has passed.
+unsafe fn wait_or_lifeline(
+    child: libc::pid_t,
+    lifeline: RawFd,
+    deadline: Option<std::time::Instant>,
+) -> Report {
     let pidfd = libc::syscall(libc::SYS_pidfd_open, child, 0) as RawFd;
     loop {
         let mut fds = [
@@ -930,11 +927,12 @@ unsafe fn wait_or_lifeline(child: libc::pid_t, lifeline: RawFd, deadline: Option
         // Without a pidfd (Linux < 5.3) poll the lifeline and check the child periodically.
         let (nfds, mut timeout) = if pidfd >= 0 { (2, -1) } else { (1, 10) };
         if let Some(deadline) = deadline {
-            let left = deadline.saturating_sub(monotonic_ms());
-            if left == 0 {
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            if left.is_zero() {
                 return Report::Killed;
             }
-            let left = i32::try_from(left).unwrap_or(i32::MAX);
+            // Rounded up: a poll of 0 ms would spin until the deadline.
+            let left = i32::try_from(left.as_millis().max(1)).unwrap_or(i32::MAX);
             timeout = if timeout < 0 { left } else { timeout.min(left) };
         }
         let start = if pidfd >= 0 { 0 } else { 1 };
