@@ -22,6 +22,11 @@ pub const DEFAULT_MAX_OUTPUT: usize = 64 * 1024;
 /// How long the tree may take to die after it was told to, before chitti kills harder.
 const KILL_GRACE: Duration = Duration::from_secs(5);
 
+/// How long a landlock supervisor may check the repositories after the call's processes
+/// are dead (each git run of the checks is cut at 15 s), before chitti stops it.
+#[cfg(target_os = "linux")]
+const CHECKS_PATIENCE: Duration = Duration::from_secs(60);
+
 pub enum Output {
     /// stdout and stderr go straight to chitti's own.
     Stream,
@@ -170,6 +175,8 @@ enum Running {
         pid: libc::pid_t,
         pidfd: OwnedFd,
         status: OwnedFd,
+        /// Readable once the command's processes are all dead (see `Supervised::ended`).
+        ended: OwnedFd,
         /// Dropping it makes the supervisor kill the tree and exit.
         lifeline: Option<OwnedFd>,
         /// At EOF once the command has exec'd or failed to (see [`start_and_wait`]); `None`
@@ -177,6 +184,8 @@ enum Running {
         started: Option<OwnedFd>,
         /// The program, for naming it when its exec fails.
         program: String,
+        /// See [`CHECKS_PATIENCE`].
+        checks_patience: Duration,
     },
 }
 
@@ -442,9 +451,11 @@ fn start_with(
                 pid: sup.pid,
                 pidfd: sup.pidfd,
                 status: sup.status,
+                ended: sup.ended,
                 lifeline: Some(sup.lifeline),
                 started: sup.started,
                 program,
+                checks_patience: CHECKS_PATIENCE,
             }
         }
     };
@@ -614,6 +625,18 @@ async fn follow(
             _ = &mut cancel => Ended::Cancelled,
         }
     };
+    // A supervisor that has said its word on the `ended` pipe found the call's processes
+    // all dead before the timeout or the cancellation (the command ended, or the
+    // supervisor's own deadline passed) and is checking the repositories: the call ended,
+    // and the checks get their own patience.
+    #[cfg(target_os = "linux")]
+    let ended = match ended {
+        Ended::TimedOut | Ended::Cancelled if is_checking(&running) => {
+            await_checks(&mut running).await?;
+            Ended::Exited
+        }
+        ended => ended,
+    };
     let mut end_unconfirmed = false;
     if !matches!(ended, Ended::Exited) {
         end_unconfirmed = stop(&mut running).await? == Stopped::GaveUp;
@@ -657,15 +680,13 @@ async fn follow(
             // The supervisor still reports what it repaired after killing the tree.
             #[cfg(target_os = "linux")]
             if let Running::Supervised {
-                status, program, ..
+                status,
+                ended,
+                program,
+                ..
             } = running
             {
-                let _ = apply_report(
-                    &mut outcome,
-                    &crate::sandbox::linux::supervisor::read_report(status),
-                    backend,
-                    &program,
-                );
+                let _ = apply_report(&mut outcome, &last_words(ended, status), backend, &program);
                 outcome.exit_code = if outcome.timed_out { 124 } else { 130 };
                 outcome.signal = None;
             }
@@ -695,6 +716,7 @@ async fn follow(
             pid,
             pidfd,
             status,
+            ended,
             program,
             ..
         } => {
@@ -710,7 +732,7 @@ async fn follow(
                     EXITING.lock().unwrap_or_else(|e| e.into_inner()).push(pid);
                     text
                 }
-                (None, _) => crate::sandbox::linux::supervisor::read_report(status),
+                (None, _) => last_words(ended, status),
             };
             apply_report(&mut outcome, &text, backend, &program)?
         }
@@ -779,6 +801,14 @@ fn apply_report(
 ) -> Result<(), SandboxError> {
     use crate::sandbox::linux::supervisor::{Ending, Report};
     let ending = Ending::parse(text);
+    if ending.as_ref().is_some_and(|e| e.checking) {
+        outcome.repairs.push(crate::sandbox::unrepaired(format!(
+            "the checks of the repositories in the writable roots did not finish within {} \
+             s of the call's end, and chitti stopped them: a repository there may still \
+             hold what the command left to run code on the host (hooks, config)",
+            CHECKS_PATIENCE.as_secs()
+        )));
+    }
     let report: Option<Report> = ending.map(|e| {
         outcome.repairs.extend(e.repairs);
         e.report
@@ -866,6 +896,48 @@ async fn until_ended(running: &mut Running) -> Result<Option<String>, SandboxErr
         }
     }
     wait(running).await.map(|()| None)
+}
+
+/// Whether the supervisor has said on its `ended` pipe that the call's processes are all
+/// dead: it is checking the repositories, or done.
+#[cfg(target_os = "linux")]
+fn is_checking(running: &Running) -> bool {
+    matches!(running, Running::Supervised { ended, .. } if has_spoken(ended.as_raw_fd()))
+}
+
+/// Whether anything waits to be read on `pipe`.
+#[cfg(target_os = "linux")]
+fn has_spoken(pipe: std::os::fd::RawFd) -> bool {
+    let mut unread: libc::c_int = 0;
+    unsafe { libc::ioctl(pipe, libc::FIONREAD, &mut unread) == 0 && unread > 0 }
+}
+
+/// All an exited supervisor said: its `ended` line (when it got that far), then its status
+/// line (when it finished), for `Ending::parse`.
+#[cfg(target_os = "linux")]
+fn last_words(ended: OwnedFd, status: OwnedFd) -> String {
+    use crate::sandbox::linux::supervisor::read_report;
+    read_report(ended) + &read_report(status)
+}
+
+/// Waits for a supervisor that is checking the repositories (the call's processes are
+/// all dead) to finish and reaps it; stops it once its patience (see [`CHECKS_PATIENCE`])
+/// has run out, which its last word then shows (see `apply_report`).
+#[cfg(target_os = "linux")]
+async fn await_checks(running: &mut Running) -> Result<(), SandboxError> {
+    if let Running::Supervised {
+        pid,
+        checks_patience,
+        ..
+    } = running
+    {
+        let (pid, patience) = (*pid, *checks_patience);
+        if tokio::time::timeout(patience, wait(running)).await.is_ok() {
+            return Ok(());
+        }
+        unsafe { libc::kill(pid, libc::SIGKILL) };
+    }
+    wait(running).await
 }
 
 /// Reads one line from a pipe, without waiting for its other end to close; None at EOF
@@ -957,11 +1029,14 @@ async fn stop(running: &mut Running) -> Result<Stopped, SandboxError> {
         // left to PID 1, alive. chitti helps it instead, killing every process below it
         // that it sees, while it waits as long again; only then does it give up on it.
         // (Each round on a blocking thread: a large tree must not hold up the deadline.)
+        // A supervisor that has spoken has killed the tree and is checking the
+        // repositories: it gets the checks' patience instead, and no help, which would
+        // kill its git.
         #[cfg(target_os = "linux")]
-        if let Running::Supervised { pid, .. } = running {
-            let pid = *pid;
+        if let Running::Supervised { pid, ended, .. } = running {
+            let (pid, ended) = (*pid, ended.as_raw_fd());
             let helped = async {
-                loop {
+                while !has_spoken(ended) {
                     let round = tokio::task::spawn_blocking(move || {
                         crate::sandbox::linux::supervisor::kill_tree_below(pid)
                     });
@@ -972,7 +1047,7 @@ async fn stop(running: &mut Running) -> Result<Stopped, SandboxError> {
             tokio::select! {
                 done = wait(running) => return done.map(|()| Stopped::Done),
                 _ = tokio::time::sleep(KILL_GRACE) => {}
-                _ = helped => {}
+                _ = helped => return await_checks(running).await.map(|()| Stopped::Done),
             }
         }
         match running {
@@ -1428,6 +1503,164 @@ mod tests {
         }
         let command: Vec<std::ffi::OsString> = vec!["sh".into(), "-c".into(), script.into()];
         Some(crate::sandbox::prepare(Backend::Landlock, &fx.policy, &command, &fx.ws).unwrap())
+    }
+
+    /// Work after a call that takes its time, as checks of a repository made to slow git
+    /// do, and says "checked" once done.
+    struct SlowCheck(Duration);
+
+    impl crate::sandbox::AfterCall for SlowCheck {
+        fn run(self: Box<Self>) -> Vec<String> {
+            std::thread::sleep(self.0);
+            vec!["checked".into()]
+        }
+    }
+
+    /// `sh -c SCRIPT` under a supervisor that runs a [`SlowCheck`] of `check` after it.
+    fn start_sh_checked_slowly(fx: &Fixture, script: &str, check: Duration) -> Option<Started> {
+        start_sh_checked_by(fx, script, Box::new(SlowCheck(check)))
+    }
+
+    /// `sh -c SCRIPT` under a supervisor that runs `check` after it.
+    fn start_sh_checked_by(
+        fx: &Fixture,
+        script: &str,
+        check: Box<dyn crate::sandbox::AfterCall>,
+    ) -> Option<Started> {
+        let mut prepared = prepare_sh(fx, script)?;
+        let Launch::Supervised(spec) = &mut prepared.launch else {
+            panic!("a landlock call runs under a supervisor");
+        };
+        spec.after.push(check);
+        let output = Output::Capture { max_bytes: 64 };
+        Some(start_with(prepared, Input::Null, output, Some(Duration::from_secs(20))).unwrap())
+    }
+
+    /// Checks that outlast chitti's grace after a timeout (5 s, and 5 s more) are not
+    /// taken for a supervisor still ending the call: it said first that the call's
+    /// processes were dead, so chitti waits for the checks and reports them.
+    #[test]
+    fn slow_checks_after_a_timeout_are_waited_for() {
+        let fx = Fixture::new();
+        let check = KILL_GRACE * 2 + Duration::from_secs(2);
+        let Some(started) = start_sh_checked_slowly(&fx, "sleep 30", check) else {
+            return;
+        };
+        let waited = Instant::now();
+        let finished = finish(started, Duration::from_secs(1), std::future::pending());
+        let outcome = runtime().block_on(finished).unwrap();
+        assert!(outcome.timed_out, "{outcome:?}");
+        assert!(!outcome.end_unconfirmed, "{outcome:?}");
+        assert!(waited.elapsed() >= check, "{:?}", waited.elapsed());
+        assert_eq!(outcome.repairs, ["checked"], "{outcome:?}");
+    }
+
+    /// Checks still running at the call's timeout, the command having ended on its own,
+    /// are not a timeout of the command; checks that outlast their patience after it are
+    /// stopped, and the call says so as a failed repair (the repository was not checked),
+    /// not as a call whose processes may live on.
+    #[test]
+    fn slow_checks_are_not_the_command_s_timeout_and_have_a_patience() {
+        let fx = Fixture::new();
+        let Some(started) = start_sh_checked_slowly(&fx, "exit 3", Duration::from_secs(3)) else {
+            return;
+        };
+        let finished = finish(started, Duration::from_secs(1), std::future::pending());
+        let outcome = runtime().block_on(finished).unwrap();
+        assert!(!outcome.timed_out && outcome.exit_code == 3, "{outcome:?}");
+        assert_eq!(outcome.repairs, ["checked"], "{outcome:?}");
+
+        let Some(mut started) = start_sh_checked_slowly(&fx, "exit 3", Duration::from_secs(600))
+        else {
+            return;
+        };
+        let Running::Supervised {
+            pid,
+            checks_patience,
+            ..
+        } = &mut started.running
+        else {
+            panic!("a landlock call runs under a supervisor");
+        };
+        *checks_patience = Duration::from_secs(1);
+        let supervisor = *pid;
+        let waited = Instant::now();
+        let finished = finish(started, Duration::from_secs(1), std::future::pending());
+        let outcome = runtime().block_on(finished).unwrap();
+        assert!(
+            waited.elapsed() < Duration::from_secs(20),
+            "{:?}",
+            waited.elapsed()
+        );
+        assert!(!outcome.timed_out && outcome.exit_code == 3, "{outcome:?}");
+        assert!(!outcome.end_unconfirmed, "{outcome:?}");
+        assert!(
+            matches!(&outcome.repairs[..], [line] if crate::sandbox::is_unrepaired(line)
+                && line.contains("did not finish")),
+            "{outcome:?}"
+        );
+        // Stopped and reaped, not left at its checks.
+        reap_exiting_supervisors();
+        assert!(
+            !std::path::Path::new(&format!("/proc/{supervisor}")).exists()
+                || std::fs::read_to_string(format!("/proc/{supervisor}/stat"))
+                    .is_ok_and(|stat| !stat.contains("chitti")),
+            "the supervisor still runs"
+        );
+    }
+
+    /// A check whose git hangs: `sleep ARG`, run as the checks run git.
+    struct HangingGit(String);
+
+    impl crate::sandbox::AfterCall for HangingGit {
+        fn run(self: Box<Self>) -> Vec<String> {
+            let _ = crate::sandbox::nested_git::run_git(
+                std::process::Command::new("sleep").arg(&self.0),
+            );
+            Vec::new()
+        }
+    }
+
+    /// Whether a process runs `sleep ARG`.
+    fn sleep_runs(arg: &str) -> bool {
+        let wanted = format!("sleep\0{arg}\0");
+        std::fs::read_dir("/proc").unwrap().flatten().any(|entry| {
+            std::fs::read(entry.path().join("cmdline"))
+                .is_ok_and(|cmdline| cmdline == wanted.as_bytes())
+        })
+    }
+
+    /// A supervisor stopped at its checks takes the git it runs down with it: nothing
+    /// would be left to stop that git otherwise.
+    #[test]
+    fn a_supervisor_stopped_at_its_checks_leaves_no_git_running() {
+        let fx = Fixture::new();
+        let arg = format!("600.{}", std::process::id());
+        let check = Box::new(HangingGit(arg.clone()));
+        let Some(mut started) = start_sh_checked_by(&fx, "exit 0", check) else {
+            return;
+        };
+        let Running::Supervised {
+            checks_patience, ..
+        } = &mut started.running
+        else {
+            panic!("a landlock call runs under a supervisor");
+        };
+        *checks_patience = Duration::from_secs(1);
+        let finished = finish(started, Duration::from_secs(1), std::future::pending());
+        let outcome = runtime().block_on(finished).unwrap();
+        assert!(
+            outcome.repairs.iter().any(|r| r.contains("did not finish")),
+            "{outcome:?}"
+        );
+        let waited = Instant::now();
+        while sleep_runs(&arg) && waited.elapsed() < Duration::from_secs(10) {
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        assert!(
+            !sleep_runs(&arg),
+            "the checks' git outlived the stopped supervisor"
+        );
     }
 
     /// A chitti with other threads (this test process) never makes the masks' namespace

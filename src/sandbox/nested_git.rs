@@ -1551,9 +1551,28 @@ const GIT_PATIENCE: Duration = Duration::from_secs(15);
 /// (TimedOut): git reads what the command left in the repository, and a FIFO there (a
 /// split index's `sharedindex.*`, an object) would hold git, and chitti waiting for it,
 /// for good (a review froze a session's server so).
-fn run_git(command: &mut std::process::Command) -> std::io::Result<std::process::Output> {
+pub(crate) fn run_git(
+    command: &mut std::process::Command,
+) -> std::io::Result<std::process::Output> {
     use std::io::Read;
     use std::process::Stdio;
+    // git must not outlive the checks: chitti kills a supervisor whose checks outlast its
+    // patience, and nothing would then be left to stop its git.
+    #[cfg(target_os = "linux")]
+    {
+        use std::os::unix::process::CommandExt;
+        let parent = unsafe { libc::getpid() };
+        unsafe {
+            command.pre_exec(move || {
+                libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+                // Gone already, before the line above could count.
+                if libc::getppid() != parent {
+                    libc::_exit(1);
+                }
+                Ok(())
+            });
+        }
+    }
     let mut child = command
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())

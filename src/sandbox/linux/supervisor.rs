@@ -115,20 +115,25 @@ pub struct LaunchSpec {
     pub timeout: Option<std::time::Duration>,
 }
 
-/// The supervisor's last word: how the command ended and what had to be repaired.
+/// The supervisor's word on the call: how the command ended and what had to be repaired.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
 pub struct Ending {
     pub report: Report,
     pub repairs: Vec<String>,
+    /// Said on the `ended` pipe, before the checks (see `finish`): every process of the
+    /// call is dead, and the repairs are still to come. As the last word, the checks never
+    /// finished (the supervisor was killed at them).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub checking: bool,
 }
 
 impl Ending {
-    /// Reads the ending from what the supervisor wrote on its status pipe (one JSON line);
-    /// None if it ended without one.
+    /// Reads the supervisor's last word from what it wrote (one JSON line per pipe; given
+    /// the `ended` pipe's line, then the status pipe's); None if it ended without one.
     pub fn parse(text: &str) -> Option<Ending> {
         text.lines()
-            .next()
-            .and_then(|l| serde_json::from_str(l).ok())
+            .rev()
+            .find_map(|l| serde_json::from_str(l).ok())
     }
 }
 
@@ -169,8 +174,11 @@ pub struct Supervised {
     pub pidfd: OwnedFd,
     /// Drop it to make the supervisor kill the tree and exit.
     pub lifeline: OwnedFd,
-    /// One JSON [`Report`] line, then EOF.
+    /// One JSON [`Ending`] line, then EOF.
     pub status: OwnedFd,
+    /// One JSON [`Ending`] line (`checking`) once the command's processes are all dead,
+    /// before the supervisor's checks; read only when the supervisor is slow to end.
+    pub ended: OwnedFd,
     /// At EOF once the command has been started (it has exec'd, or failed to); `None`
     /// when [`spawn`] already waited for that.
     pub started: Option<OwnedFd>,
@@ -336,6 +344,7 @@ fn spawn_here(
 ) -> std::io::Result<Supervised> {
     let (lifeline_read, lifeline_write) = pipe()?;
     let (status_read, status_write) = pipe()?;
+    let (ended_read, ended_write) = pipe()?;
     let (started_read, started_write) = pipe()?;
     let pending_rules = spec
         .restrictions
@@ -388,6 +397,7 @@ fn spawn_here(
             stderr: stdio.stderr.as_ref().map(|f| f.as_raw_fd()),
             lifeline: lifeline_read.as_raw_fd(),
             status: status_write.as_raw_fd(),
+            ended: ended_write.as_raw_fd(),
             started: started_write.as_raw_fd(),
             landlock: spec.restrictions.as_ref().map(|r| r.landlock.as_raw_fd()),
             go: go.as_ref().map(|(r, _)| r.as_raw_fd()),
@@ -484,6 +494,7 @@ fn spawn_here(
     };
     drop(lifeline_read);
     drop(status_write);
+    drop(ended_write);
     drop(stdio);
     // The supervisor holds the slot's lock from here on.
     drop(spec.tmp_slot.take());
@@ -519,6 +530,7 @@ fn spawn_here(
         pidfd,
         lifeline: lifeline_write,
         status: status_read,
+        ended: ended_read,
         started,
     })
 }
@@ -532,6 +544,7 @@ struct Keep {
     stderr: Option<RawFd>,
     lifeline: RawFd,
     status: RawFd,
+    ended: RawFd,
     started: RawFd,
     landlock: Option<RawFd>,
     /// Readable once chitti has added every rule (see `spawn`).
@@ -545,6 +558,8 @@ struct Keep {
 struct Fds {
     lifeline: RawFd,
     status: RawFd,
+    /// Written once the call's processes are dead, before the checks (see `finish`).
+    ended: RawFd,
     started: RawFd,
     landlock: Option<RawFd>,
     /// Readable once chitti has added every rule (see `spawn`).
@@ -609,12 +624,13 @@ unsafe fn supervisor_main(
     let fds = Fds {
         lifeline: keep.lifeline,
         status: keep.status,
+        ended: keep.ended,
         started: keep.started,
         landlock: keep.landlock,
         go: keep.go,
         chitti: keep.chitti,
     };
-    let mut kept = vec![fds.lifeline, fds.status, fds.started];
+    let mut kept = vec![fds.lifeline, fds.status, fds.ended, fds.started];
     kept.extend(fds.landlock);
     kept.extend(fds.go);
     kept.extend(fds.chitti);
@@ -755,6 +771,7 @@ unsafe fn command_main(
     // The command must not hold chitti's pipes (they are close-on-exec too).
     libc::close(fds.lifeline);
     libc::close(fds.status);
+    libc::close(fds.ended);
     libc::close(fds.started);
 
     // A new session: no controlling terminal, so no TIOCSTI into the user's shell.
@@ -1154,6 +1171,18 @@ fn listed_pids(listing: &[u8]) -> impl Iterator<Item = libc::pid_t> + '_ {
 /// Repairs and cleans up (nothing sandboxed is alive any more), writes the ending to
 /// chitti and exits with the matching status.
 unsafe fn finish(report: Report, aftermath: Aftermath, fds: Fds) -> ! {
+    // chitti gives a supervisor still ending the call only seconds after a timeout before
+    // it says that it cannot confirm the end: checks slowed past that (a repository made to
+    // slow git) must not look like a call still running. chitti reads this pipe only then,
+    // so that writing it wakes nobody.
+    write_ending(
+        fds.ended,
+        &Ending {
+            report: report.clone(),
+            repairs: Vec::new(),
+            checking: true,
+        },
+    );
     let repairs = aftermath.run();
     let code = match &report {
         Report::Exited { code } => *code,
@@ -1163,18 +1192,27 @@ unsafe fn finish(report: Report, aftermath: Aftermath, fds: Fds) -> ! {
         Report::ExecFailed { .. } => 126,
         Report::SetupFailed { .. } => 125,
     };
-    let line = serde_json::to_vec(&Ending { report, repairs });
+    let ending = Ending {
+        report,
+        repairs,
+        checking: false,
+    };
     // Nothing sandboxed is alive, and this process writes nothing more to the command's
     // stdio: closed now, chitti's readers of the command's output see its end with the
     // report, not only once this process has exited.
     for fd in 0..3 {
         libc::close(fd);
     }
-    if let Ok(mut line) = line {
-        line.push(b'\n');
-        libc::write(fds.status, line.as_ptr().cast(), line.len());
-    }
+    write_ending(fds.status, &ending);
     libc::_exit(code)
+}
+
+/// Writes `ending` to chitti as one line.
+unsafe fn write_ending(status: RawFd, ending: &Ending) {
+    if let Ok(mut line) = serde_json::to_vec(ending) {
+        line.push(b'\n');
+        libc::write(status, line.as_ptr().cast(), line.len());
+    }
 }
 
 #[cfg(test)]
