@@ -186,6 +186,10 @@ enum Running {
         program: String,
         /// See [`CHECKS_PATIENCE`].
         checks_patience: Duration,
+        /// What the supervisor wrote on its status pipe while chitti waited for its checks.
+        heard: Vec<u8>,
+        /// How long chitti waited for the checks before it stopped them, if it did.
+        checks_stopped: Option<Duration>,
     },
 }
 
@@ -456,6 +460,8 @@ fn start_with(
                 started: sup.started,
                 program,
                 checks_patience: CHECKS_PATIENCE,
+                heard: Vec::new(),
+                checks_stopped: None,
             }
         }
     };
@@ -632,14 +638,16 @@ async fn follow(
     #[cfg(target_os = "linux")]
     let ended = match ended {
         Ended::TimedOut | Ended::Cancelled if is_checking(&running) => {
-            await_checks(&mut running).await?;
+            let cancelled = matches!(ended, Ended::Cancelled);
+            await_checks(&mut running, cancelled).await?;
             Ended::Exited
         }
         ended => ended,
     };
     let mut end_unconfirmed = false;
     if !matches!(ended, Ended::Exited) {
-        end_unconfirmed = stop(&mut running).await? == Stopped::GaveUp;
+        let cancelled = matches!(ended, Ended::Cancelled);
+        end_unconfirmed = stop(&mut running, cancelled).await? == Stopped::GaveUp;
     } else if backend == Backend::Seatbelt {
         // macOS has no PID namespace or subreaper: sweep the command's session so its
         // background children do not outlive the call. While any member lives the group
@@ -683,10 +691,13 @@ async fn follow(
                 status,
                 ended,
                 program,
+                heard,
+                checks_stopped,
                 ..
             } = running
             {
-                let _ = apply_report(&mut outcome, &last_words(ended, status), backend, &program);
+                let said = last_words(ended, heard, status);
+                let _ = apply_report(&mut outcome, &said, checks_stopped, backend, &program);
                 outcome.exit_code = if outcome.timed_out { 124 } else { 130 };
                 outcome.signal = None;
             }
@@ -718,6 +729,8 @@ async fn follow(
             status,
             ended,
             program,
+            heard,
+            checks_stopped,
             ..
         } => {
             let text = match (report, reap) {
@@ -732,9 +745,9 @@ async fn follow(
                     EXITING.lock().unwrap_or_else(|e| e.into_inner()).push(pid);
                     text
                 }
-                (None, _) => last_words(ended, status),
+                (None, _) => last_words(ended, heard, status),
             };
-            apply_report(&mut outcome, &text, backend, &program)?
+            apply_report(&mut outcome, &text, checks_stopped, backend, &program)?
         }
     }
     Ok(outcome)
@@ -793,20 +806,30 @@ fn check_bwrap_status(
 }
 
 #[cfg(target_os = "linux")]
+/// Applies what the supervisor said to `outcome`; `checks_stopped`: after how long chitti
+/// stopped the supervisor at its checks, if it did.
 fn apply_report(
     outcome: &mut Outcome,
     text: &str,
+    checks_stopped: Option<Duration>,
     backend: Backend,
     program: &str,
 ) -> Result<(), SandboxError> {
     use crate::sandbox::linux::supervisor::{Ending, Report};
     let ending = Ending::parse(text);
     if ending.as_ref().is_some_and(|e| e.checking) {
+        let why = match checks_stopped {
+            Some(waited) => format!(
+                "did not finish in the {} s chitti waited for them once the call's processes \
+                 were dead, and chitti stopped them",
+                waited.as_secs()
+            ),
+            None => "did not finish: the sandbox's supervisor ended at them (was it killed?)"
+                .to_string(),
+        };
         outcome.repairs.push(crate::sandbox::unrepaired(format!(
-            "the checks of the repositories in the writable roots did not finish within {} \
-             s of the call's end, and chitti stopped them: a repository there may still \
-             hold what the command left to run code on the host (hooks, config)",
-            CHECKS_PATIENCE.as_secs()
+            "the checks of the repositories in the writable roots {why}: a repository there \
+             may still hold what the command left to run code on the host (hooks, config)"
         )));
     }
     let report: Option<Report> = ending.map(|e| {
@@ -913,31 +936,81 @@ fn has_spoken(pipe: std::os::fd::RawFd) -> bool {
 }
 
 /// All an exited supervisor said: its `ended` line (when it got that far), then its status
-/// line (when it finished), for `Ending::parse`.
+/// line (when it finished; `heard` is what of it was read already), for `Ending::parse`.
 #[cfg(target_os = "linux")]
-fn last_words(ended: OwnedFd, status: OwnedFd) -> String {
+fn last_words(ended: OwnedFd, heard: Vec<u8>, status: OwnedFd) -> String {
     use crate::sandbox::linux::supervisor::read_report;
-    read_report(ended) + &read_report(status)
+    read_report(ended) + &String::from_utf8_lossy(&heard) + &read_report(status)
 }
 
 /// Waits for a supervisor that is checking the repositories (the call's processes are
-/// all dead) to finish and reaps it; stops it once its patience (see [`CHECKS_PATIENCE`])
-/// has run out, which its last word then shows (see `apply_report`).
+/// all dead) to finish and reaps it; stops it once its patience has run out (see
+/// [`CHECKS_PATIENCE`]; [`KILL_GRACE`] at most for a cancelled call, as before its
+/// checks), which its last word then shows (see `apply_report`).
 #[cfg(target_os = "linux")]
-async fn await_checks(running: &mut Running) -> Result<(), SandboxError> {
+async fn await_checks(running: &mut Running, cancelled: bool) -> Result<(), SandboxError> {
     if let Running::Supervised {
         pid,
+        status,
+        heard,
         checks_patience,
+        checks_stopped,
         ..
     } = running
     {
-        let (pid, patience) = (*pid, *checks_patience);
-        if tokio::time::timeout(patience, wait(running)).await.is_ok() {
-            return Ok(());
+        let patience = match cancelled {
+            true => KILL_GRACE.min(*checks_patience),
+            false => *checks_patience,
+        };
+        // Read while waiting: a last word larger than the pipe holds (repairs name paths
+        // the command chose) would otherwise keep the supervisor writing until stopped.
+        if tokio::time::timeout(patience, read_to_end(status, heard))
+            .await
+            .is_err()
+        {
+            unsafe { libc::kill(*pid, libc::SIGKILL) };
+            *checks_stopped = Some(patience);
         }
-        unsafe { libc::kill(pid, libc::SIGKILL) };
     }
     wait(running).await
+}
+
+/// Reads `pipe` to its end (or to an error) into `into`; what is read stays read if the
+/// future is dropped.
+#[cfg(target_os = "linux")]
+async fn read_to_end(pipe: &OwnedFd, into: &mut Vec<u8>) {
+    use nix::fcntl::{fcntl, FcntlArg, OFlag};
+    let Ok(flags) = fcntl(pipe, FcntlArg::F_GETFL) else {
+        return;
+    };
+    if fcntl(
+        pipe,
+        FcntlArg::F_SETFL(OFlag::from_bits_retain(flags) | OFlag::O_NONBLOCK),
+    )
+    .is_err()
+    {
+        return;
+    }
+    // SAFETY: `pipe` outlives the registration, which ends with this function.
+    let Ok(fd) = (unsafe {
+        tokio::io::unix::AsyncFd::register_with_interest(
+            pipe.as_raw_fd(),
+            tokio::io::Interest::READABLE,
+        )
+    }) else {
+        return;
+    };
+    let mut chunk = [0u8; 4096];
+    loop {
+        let Ok(mut ready) = fd.readable().await else {
+            return;
+        };
+        match ready.try_io(|_| nix::unistd::read(pipe, &mut chunk).map_err(std::io::Error::from)) {
+            Ok(Ok(0)) | Ok(Err(_)) => return,
+            Ok(Ok(n)) => into.extend_from_slice(&chunk[..n]),
+            Err(_would_block) => {}
+        }
+    }
 }
 
 /// Reads one line from a pipe, without waiting for its other end to close; None at EOF
@@ -1009,7 +1082,7 @@ enum Stopped {
 
 /// Tears the sandbox down: the supervisor kills its tree when the lifeline closes;
 /// bwrap's tree dies with it (`--die-with-parent`, and its PID namespace).
-async fn stop(running: &mut Running) -> Result<Stopped, SandboxError> {
+async fn stop(running: &mut Running, cancelled: bool) -> Result<Stopped, SandboxError> {
     match running {
         #[cfg(not(target_os = "linux"))]
         Running::Command(child) => {
@@ -1037,8 +1110,12 @@ async fn stop(running: &mut Running) -> Result<Stopped, SandboxError> {
             let (pid, ended) = (*pid, ended.as_raw_fd());
             let helped = async {
                 while !has_spoken(ended) {
+                    // Looked at again just before: a supervisor that has spoken may be
+                    // running git for its checks.
                     let round = tokio::task::spawn_blocking(move || {
-                        crate::sandbox::linux::supervisor::kill_tree_below(pid)
+                        if !has_spoken(ended) {
+                            crate::sandbox::linux::supervisor::kill_tree_below(pid)
+                        }
                     });
                     let _ = round.await;
                     tokio::time::sleep(Duration::from_millis(100)).await;
@@ -1047,7 +1124,13 @@ async fn stop(running: &mut Running) -> Result<Stopped, SandboxError> {
             tokio::select! {
                 done = wait(running) => return done.map(|()| Stopped::Done),
                 _ = tokio::time::sleep(KILL_GRACE) => {}
-                _ = helped => return await_checks(running).await.map(|()| Stopped::Done),
+                _ = helped => {}
+            }
+            // Spoken by now, were it in the grace's last moment: not given up on.
+            if is_checking(running) {
+                return await_checks(running, cancelled)
+                    .await
+                    .map(|()| Stopped::Done);
             }
         }
         match running {
@@ -1506,19 +1589,27 @@ mod tests {
     }
 
     /// Work after a call that takes its time, as checks of a repository made to slow git
-    /// do, and says "checked" once done.
-    struct SlowCheck(Duration);
+    /// do, and says what it was given.
+    struct SlowCheck {
+        takes: Duration,
+        says: Vec<String>,
+    }
 
     impl crate::sandbox::AfterCall for SlowCheck {
         fn run(self: Box<Self>) -> Vec<String> {
-            std::thread::sleep(self.0);
-            vec!["checked".into()]
+            std::thread::sleep(self.takes);
+            self.says
         }
     }
 
-    /// `sh -c SCRIPT` under a supervisor that runs a [`SlowCheck`] of `check` after it.
+    /// `sh -c SCRIPT` under a supervisor that runs a [`SlowCheck`] of `check` after it,
+    /// which says "checked".
     fn start_sh_checked_slowly(fx: &Fixture, script: &str, check: Duration) -> Option<Started> {
-        start_sh_checked_by(fx, script, Box::new(SlowCheck(check)))
+        let check = SlowCheck {
+            takes: check,
+            says: vec!["checked".into()],
+        };
+        start_sh_checked_by(fx, script, Box::new(check))
     }
 
     /// `sh -c SCRIPT` under a supervisor that runs `check` after it.
@@ -1660,6 +1751,82 @@ mod tests {
         assert!(
             !sleep_runs(&arg),
             "the checks' git outlived the stopped supervisor"
+        );
+    }
+
+    /// A cancelled call whose checks run long stops them after the grace it always had, not
+    /// after the checks' patience: a user's Ctrl-C, or a server shutting down (which waits
+    /// 10 s for its calls), must not wait a minute. The call says they were not finished.
+    #[test]
+    fn a_cancelled_call_stops_slow_checks_after_the_grace() {
+        let fx = Fixture::new();
+        for script in ["exit 0", "sleep 30"] {
+            let check = Duration::from_secs(40);
+            let Some(started) = start_sh_checked_slowly(&fx, script, check) else {
+                return;
+            };
+            let waited = Instant::now();
+            let cancel = async { tokio::time::sleep(Duration::from_secs(1)).await };
+            let finished = finish(started, Duration::from_secs(60), cancel);
+            let outcome = runtime().block_on(finished).unwrap();
+            assert!(
+                waited.elapsed() < KILL_GRACE * 2 + Duration::from_secs(3),
+                "({script}) {:?}",
+                waited.elapsed()
+            );
+            assert!(!outcome.end_unconfirmed, "({script}) {outcome:?}");
+            assert!(
+                outcome
+                    .repairs
+                    .iter()
+                    .any(|r| crate::sandbox::is_unrepaired(r) && r.contains("chitti stopped them")),
+                "({script}) {outcome:?}"
+            );
+        }
+    }
+
+    /// A last word larger than a pipe holds (a repair per path the command chose) is read
+    /// while the checks are waited for, not taken for checks that never finished.
+    #[test]
+    fn a_long_last_word_after_slow_checks_is_read_whole() {
+        let fx = Fixture::new();
+        let says: Vec<String> = (0..100)
+            .map(|i| format!("{i} {}", "x".repeat(1000)))
+            .collect();
+        let check = Box::new(SlowCheck {
+            takes: Duration::from_secs(2),
+            says: says.clone(),
+        });
+        let Some(started) = start_sh_checked_by(&fx, "sleep 30", check) else {
+            return;
+        };
+        let finished = finish(started, Duration::from_secs(1), std::future::pending());
+        let outcome = runtime().block_on(finished).unwrap();
+        assert!(outcome.timed_out && !outcome.end_unconfirmed, "{outcome:?}");
+        assert_eq!(outcome.repairs, says);
+    }
+
+    /// A supervisor that ends at its checks without chitti stopping it (killed from
+    /// outside) is said to have ended there, not to have been stopped by chitti.
+    #[test]
+    fn checks_ended_from_outside_are_not_said_stopped_by_chitti() {
+        let fx = Fixture::new();
+        let Some(started) = start_sh_checked_slowly(&fx, "exit 0", Duration::from_secs(30)) else {
+            return;
+        };
+        let Running::Supervised { pid, ended, .. } = &started.running else {
+            panic!("a landlock call runs under a supervisor");
+        };
+        let waited = Instant::now();
+        while !has_spoken(ended.as_raw_fd()) && waited.elapsed() < Duration::from_secs(10) {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        assert_eq!(unsafe { libc::kill(*pid, libc::SIGKILL) }, 0);
+        let outcome = outcome_of(started);
+        assert!(
+            matches!(&outcome.repairs[..], [line] if crate::sandbox::is_unrepaired(line)
+                && line.contains("was it killed?")),
+            "{outcome:?}"
         );
     }
 

@@ -1445,27 +1445,34 @@ fn module_git_dirs(git_dir: &Path, seen: &mut Walked, problems: &mut Vec<String>
 /// commits they record), as git lists them (`git ls-tree`, run as for `ls-files`, see
 /// [`gitlinks_by_git`]); nothing where git cannot (the commit is not there: `git submodule
 /// update` then fetches it from the remote the protected config names). An error where
-/// git did not finish in time.
+/// git could not be run, did not finish in time or was killed.
 fn gitlinks_in_commit(git_dir: &Path, commit: &str) -> Result<Vec<Gitlink>, String> {
-    let Ok(git) = which::which("git") else {
-        return Ok(Vec::new());
-    };
-    let out = run_git(locked_down_git(&git, git_dir, None).args([
+    match which::which("git") {
+        Ok(git) => gitlinks_in_commit_by(&git, git_dir, commit),
+        Err(_) => Ok(Vec::new()),
+    }
+}
+
+/// [`gitlinks_in_commit`], listed by the git at `git`.
+fn gitlinks_in_commit_by(git: &Path, git_dir: &Path, commit: &str) -> Result<Vec<Gitlink>, String> {
+    let out = run_git(locked_down_git(git, git_dir, None).args([
         "ls-tree",
         "-r",
         "-z",
         "--full-tree",
         commit,
     ]));
-    let out = match out {
-        Err(e) if e.kind() == std::io::ErrorKind::TimedOut => {
-            return Err(format!("listing a commit of {}: {e}", git_dir.display()))
-        }
-        out => out,
-    };
-    let Some(out) = out.ok().filter(|out| out.status.success()) else {
+    let listing = |why: String| format!("listing a commit of {}: {why}", git_dir.display());
+    let out = out.map_err(|e| listing(e.to_string()))?;
+    // Killed (the machine's memory, chitti's help to a slow supervisor): nothing was
+    // listed, which is not a commit without gitlinks.
+    if out.status.code().is_none() {
+        return Err(listing(format!("git ended with {}", out.status)));
+    }
+    // A commit git cannot list (not in the repository) is one it cannot check out either.
+    if !out.status.success() {
         return Ok(Vec::new());
-    };
+    }
     // `MODE TYPE OBJECT<TAB>PATH`, each ended by a NUL.
     Ok(out
         .stdout
@@ -3230,5 +3237,29 @@ mod tests {
         std::fs::remove_file(sub.join(".git")).unwrap();
         let repairs = Box::new(guard).run();
         assert!(!sub.join("inner/.git/config").exists(), "{repairs:?}");
+    }
+
+    /// A listing of a recorded commit by a git that was killed (out of memory, or by
+    /// chitti helping a slow supervisor) lists nothing: an error, which fails the check,
+    /// not a commit without gitlinks; a commit git cannot list is one it cannot check out.
+    #[test]
+    fn a_killed_git_s_listing_of_a_commit_is_an_error() {
+        let dir = tempfile::tempdir().unwrap();
+        let fake = |name: &str, script: &str| {
+            let path = dir.path().join(name);
+            std::fs::write(&path, format!("#!/bin/sh\n{script}\n")).unwrap();
+            std::fs::set_permissions(&path, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+                .unwrap();
+            path
+        };
+        let killed = fake("killed-git", "kill -KILL $$");
+        let listed = gitlinks_in_commit_by(&killed, dir.path(), "HEAD");
+        assert!(
+            listed.as_ref().is_err_and(|e| e.contains("git ended with")),
+            "{listed:?}"
+        );
+        let no_such_commit = fake("failing-git", "exit 128");
+        let listed = gitlinks_in_commit_by(&no_such_commit, dir.path(), "HEAD");
+        assert_eq!(listed, Ok(Vec::new()));
     }
 }

@@ -576,7 +576,9 @@ struct Aftermath {
 
 impl Aftermath {
     fn run(self) -> Vec<String> {
-        let mut repairs: Vec<String> = self.after.into_iter().flat_map(|f| f.run()).collect();
+        // The private TMPDIR first: checks that take too long are stopped (by chitti,
+        // which kills this process), and the TMPDIR must not be left behind then.
+        let mut repairs = Vec::new();
         for dir in self.cleanup {
             if let Err(e) = crate::sandbox::cleanup::remove_tree(&dir) {
                 repairs.push(e);
@@ -587,6 +589,7 @@ impl Aftermath {
                 repairs.push(e);
             }
         }
+        repairs.extend(self.after.into_iter().flat_map(|f| f.run()));
         repairs
     }
 }
