@@ -1806,6 +1806,40 @@ mod tests {
         assert_eq!(outcome.repairs, says);
     }
 
+    /// The private TMPDIR is cleaned before the checks: a supervisor stopped at them
+    /// leaves nothing of the command's there.
+    #[test]
+    fn a_supervisor_stopped_at_its_checks_leaves_the_tmpdir_clean() {
+        let fx = Fixture::new();
+        let script = "touch \"$TMPDIR/left\" && printf %s \"$TMPDIR\"";
+        let Some(mut started) = start_sh_checked_slowly(&fx, script, Duration::from_secs(600))
+        else {
+            return;
+        };
+        let Running::Supervised {
+            checks_patience, ..
+        } = &mut started.running
+        else {
+            panic!("a landlock call runs under a supervisor");
+        };
+        *checks_patience = Duration::from_secs(1);
+        let finished = finish(started, Duration::from_secs(1), std::future::pending());
+        let outcome = runtime().block_on(finished).unwrap();
+        assert!(
+            outcome
+                .repairs
+                .iter()
+                .any(|r| r.contains("chitti stopped them")),
+            "{outcome:?}"
+        );
+        let tmp = String::from_utf8(outcome.stdout.bytes.clone()).unwrap();
+        assert!(tmp.starts_with('/'), "{outcome:?}");
+        assert!(
+            !std::path::Path::new(&tmp).join("left").exists(),
+            "the command's file was left in {tmp}"
+        );
+    }
+
     /// A supervisor that ends at its checks without chitti stopping it (killed from
     /// outside) is said to have ended there, not to have been stopped by chitti.
     #[test]
