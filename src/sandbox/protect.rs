@@ -400,19 +400,29 @@ fn running_call_may_write(
 
 fn made_by_running_call(path: &Path, root: PathBuf) -> String {
     format!(
-        "{} lies in {}, where the command of another chitti call running now may write: \
-         chitti cannot take what it holds for the repository's own, as it may be that \
-         command's work. Wait for the other call to end, check the repository, and run \
-         this one again",
+        "{} lies in {}, where {RUNNING_NOW} may write: chitti cannot take what it holds for \
+         the repository's own, as it may be that command's work. Wait for the other call to \
+         end, check the repository, and run this one again",
         path.display(),
         root.display()
     )
 }
 
+/// How the errors of a call standing in the way name it (see [`is_running_call`]).
+const RUNNING_NOW: &str = "the command of another chitti call running now";
+const STILL_RUNNING: &str = "the command of a call still running";
+
+/// Whether `error`, from [`Snapshot::take_shared`], is a call running now that stands in the
+/// way. Worth asking again a moment later: a process forked meanwhile (a supervisor, until
+/// it closes what it inherited) holds a copy of an ended call's presence for that moment.
+pub fn is_running_call(error: &str) -> bool {
+    error.contains(RUNNING_NOW) || error.contains(STILL_RUNNING)
+}
+
 fn replaced_by_running_call(path: &Path) -> String {
     format!(
-        "{} was replaced by the command of a call still running in this repository; that \
-         call puts it back when it ends. Run this call again then",
+        "{} was replaced by {STILL_RUNNING} in this repository; that call puts it back when \
+         it ends. Run this call again then",
         path.display()
     )
 }
@@ -880,7 +890,7 @@ mod tests {
         loop {
             match take_shared(state, pinned, protected, &[]) {
                 Err(e)
-                    if e.contains("call still running")
+                    if is_running_call(&e)
                         && waited.elapsed() < std::time::Duration::from_secs(5) =>
                 {
                     std::thread::sleep(std::time::Duration::from_millis(20));

@@ -382,8 +382,25 @@ impl Toolbox {
                 return T::run(&policy, args);
             }
             // A write can complete a nested repository the host's `git status` walks
-            // into (its config, its hooks): checked after it as after a command.
+            // into (its config, its hooks): checked after it as after a command. And the
+            // command of a landlock call running meanwhile can move a protected directory
+            // (`.git/hooks`) to a name the tool may write, and back while it writes (a
+            // review planted a hook the host's next `git commit` ran): the protected
+            // paths are recorded before the write and put back after it, as for a call.
+            #[cfg(target_os = "linux")]
+            let checks = match crate::sandbox::protected_paths_kept(&policy) {
+                Ok(checks) => checks,
+                Err(e) => {
+                    return ToolResult::error(format!("{} did not write anything: {e}", T::NAME))
+                }
+            };
+            #[cfg(not(target_os = "linux"))]
             let checks = crate::sandbox::nested_repo_checks(&policy);
+            let mut checks = checks;
+            // Dropped unrun (a panic), they leave their records for the next call to repair.
+            for check in &mut checks {
+                check.disarm();
+            }
             let result = T::run(&policy, args);
             let repairs: Vec<String> = checks.into_iter().flat_map(|c| c.run()).collect();
             with_repairs(result, repairs)
@@ -1062,6 +1079,66 @@ mod tests {
             refused.text
         );
         assert!(!tb.call("read_file", twice).await.ok);
+    }
+
+    /// The command of a landlock call moves `.git/hooks` to a plain name and plants a large
+    /// file there; edit_file is asked to edit it, and once the command sees the tool open
+    /// the file it moves the directory back and its call ends (putting back what it
+    /// recorded): the tool's write lands in `.git/hooks`. It is taken out again after the
+    /// write (a review planted a hook so, which the host's next `git commit` ran).
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn a_write_landing_in_a_protected_directory_moved_back_is_undone() {
+        use std::os::unix::ffi::OsStrExt;
+        let fx = Fixture::new();
+        let hooks = fx.ws.join(".git/hooks");
+        let moved = fx.ws.join("h2");
+        assert!(
+            fx.policy.read_only.contains(&hooks),
+            "{:?}",
+            fx.policy.read_only
+        );
+        // The running call, as its launch records it.
+        let mut running = crate::sandbox::protected_paths_kept(&fx.policy).unwrap();
+        for check in &mut running {
+            check.disarm();
+        }
+        std::fs::rename(&hooks, &moved).unwrap();
+        let planted = moved.join("pre-commit");
+        let padding = "# padding\n".repeat(1_500_000);
+        std::fs::write(&planted, format!("#!/bin/sh\n{padding}# benign\n")).unwrap();
+        let inotify = unsafe { libc::inotify_init1(libc::IN_CLOEXEC) };
+        assert!(inotify >= 0);
+        let watched = std::ffi::CString::new(planted.as_os_str().as_bytes()).unwrap();
+        assert!(unsafe { libc::inotify_add_watch(inotify, watched.as_ptr(), libc::IN_OPEN) } >= 0);
+        let (back, from) = (hooks.clone(), moved.clone());
+        let command = std::thread::spawn(move || {
+            let mut event = [0u8; 4096];
+            unsafe { libc::read(inotify, event.as_mut_ptr().cast(), event.len()) };
+            let _ = std::fs::rename(&from, &back);
+            let repairs: Vec<String> = running.into_iter().flat_map(|c| c.run()).collect();
+            unsafe { libc::close(inotify) };
+            repairs
+        });
+        let tb = Toolbox::new(fx.policy.clone(), Backend::None);
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let edit = json!({"path": "h2/pre-commit", "old_string": "# benign\n",
+                          "new_string": "touch PWNED\n"});
+        let result = rt.block_on(tb.call("edit_file", edit));
+        let call_repairs = command.join().unwrap();
+        let hook = std::fs::read_to_string(hooks.join("pre-commit")).unwrap_or_default();
+        assert!(
+            !hook.contains("PWNED"),
+            "the edit left a hook in .git/hooks\n{}\n{call_repairs:?}",
+            result.text
+        );
+        // Whichever side put it back, the write's answer says what happened to it.
+        if result.ok && !call_repairs.iter().any(|r| r.contains("hooks")) {
+            assert!(result.text.contains("restored"), "{}", result.text);
+        }
     }
 
     /// Forty edits of forty lines of one file, all at once: every one lands.

@@ -359,19 +359,7 @@ fn prepare_supervised(
     if sandboxed {
         // Only once the command is known to exist: a call that cannot run changes nothing
         // (the private TMPDIR above goes when `tmp` is dropped).
-        super::create_missing_hooks(policy)?;
-        let protected = [&policy.read_only[..], &policy.absent[..]].concat();
-        let (snapshot, present) = protect::Snapshot::take_shared(
-            &policy.state_dir,
-            &policy.writable,
-            &policy.pinned,
-            &protected,
-            &[],
-        )
-        .map_err(SandboxError::Unavailable)?;
-        after.push(Box::new(snapshot));
-        after.extend(super::nested_repo_checks(policy));
-        after.push(Box::new(present));
+        after.extend(super::protected_paths_kept(policy)?);
     }
     let rlimits = if sandboxed {
         Rlimits::from(&policy.limits)
