@@ -6,6 +6,7 @@ pub mod capture;
 use std::future::Future;
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::process::ExitStatusExt;
+use std::pin::Pin;
 #[cfg(not(target_os = "linux"))]
 use std::process::Stdio;
 use std::time::{Duration, Instant};
@@ -22,10 +23,8 @@ pub const DEFAULT_MAX_OUTPUT: usize = 64 * 1024;
 /// How long the tree may take to die after it was told to, before chitti kills harder.
 const KILL_GRACE: Duration = Duration::from_secs(5);
 
-/// How long a landlock supervisor may check the repositories after the call's processes
-/// are dead (each git run of the checks is cut at 15 s), before chitti stops it.
 #[cfg(target_os = "linux")]
-const CHECKS_PATIENCE: Duration = Duration::from_secs(60);
+use crate::sandbox::linux::supervisor::CHECKS_PATIENCE;
 
 pub enum Output {
     /// stdout and stderr go straight to chitti's own.
@@ -635,18 +634,25 @@ async fn follow(
     // all dead before the timeout or the cancellation (the command ended, or the
     // supervisor's own deadline passed) and is checking the repositories: the call ended,
     // and the checks get their own patience.
+    // (A cancellation still to come shortens the wait for the checks; one that came is
+    // not waited for again.)
     #[cfg(target_os = "linux")]
     let ended = match ended {
-        Ended::TimedOut | Ended::Cancelled if is_checking(&running) => {
-            let cancelled = matches!(ended, Ended::Cancelled);
-            await_checks(&mut running, cancelled).await?;
+        Ended::TimedOut if is_checking(&running) => {
+            await_checks(&mut running, Some(cancel.as_mut())).await?;
+            Ended::Exited
+        }
+        Ended::Cancelled if is_checking(&running) => {
+            await_checks(&mut running, None::<Pin<&mut std::future::Pending<()>>>).await?;
             Ended::Exited
         }
         ended => ended,
     };
     let mut end_unconfirmed = false;
-    if !matches!(ended, Ended::Exited) {
-        let cancelled = matches!(ended, Ended::Cancelled);
+    if matches!(ended, Ended::TimedOut) {
+        end_unconfirmed = stop(&mut running, Some(cancel.as_mut())).await? == Stopped::GaveUp;
+    } else if matches!(ended, Ended::Cancelled) {
+        let cancelled = None::<Pin<&mut std::future::Pending<()>>>;
         end_unconfirmed = stop(&mut running, cancelled).await? == Stopped::GaveUp;
     } else if backend == Backend::Seatbelt {
         // macOS has no PID namespace or subreaper: sweep the command's session so its
@@ -945,10 +951,14 @@ fn last_words(ended: OwnedFd, heard: Vec<u8>, status: OwnedFd) -> String {
 
 /// Waits for a supervisor that is checking the repositories (the call's processes are
 /// all dead) to finish and reaps it; stops it once its patience has run out (see
-/// [`CHECKS_PATIENCE`]; [`KILL_GRACE`] at most for a cancelled call, as before its
-/// checks), which its last word then shows (see `apply_report`).
+/// [`CHECKS_PATIENCE`]), or [`KILL_GRACE`] after the call is cancelled (`cancel`: the
+/// cancellation still to come, `None` once it came), as before its checks. Its last word
+/// then shows it (see `apply_report`).
 #[cfg(target_os = "linux")]
-async fn await_checks(running: &mut Running, cancelled: bool) -> Result<(), SandboxError> {
+async fn await_checks<C: Future<Output = ()>>(
+    running: &mut Running,
+    cancel: Option<Pin<&mut C>>,
+) -> Result<(), SandboxError> {
     if let Running::Supervised {
         pid,
         status,
@@ -958,18 +968,29 @@ async fn await_checks(running: &mut Running, cancelled: bool) -> Result<(), Sand
         ..
     } = running
     {
-        let patience = match cancelled {
-            true => KILL_GRACE.min(*checks_patience),
-            false => *checks_patience,
-        };
+        let started = tokio::time::Instant::now();
+        let mut deadline = started + *checks_patience;
         // Read while waiting: a last word larger than the pipe holds (repairs name paths
         // the command chose) would otherwise keep the supervisor writing until stopped.
-        if tokio::time::timeout(patience, read_to_end(status, heard))
-            .await
-            .is_err()
-        {
+        let read = read_to_end(status, heard);
+        tokio::pin!(read);
+        let finished = match cancel {
+            Some(cancel) => tokio::select! {
+                _ = &mut read => true,
+                _ = tokio::time::sleep_until(deadline) => false,
+                _ = cancel => {
+                    deadline = deadline.min(tokio::time::Instant::now() + KILL_GRACE);
+                    tokio::time::timeout_at(deadline, &mut read).await.is_ok()
+                }
+            },
+            None => {
+                deadline = deadline.min(started + KILL_GRACE);
+                tokio::time::timeout_at(deadline, &mut read).await.is_ok()
+            }
+        };
+        if !finished {
             unsafe { libc::kill(*pid, libc::SIGKILL) };
-            *checks_stopped = Some(patience);
+            *checks_stopped = Some(started.elapsed());
         }
     }
     wait(running).await
@@ -1082,7 +1103,12 @@ enum Stopped {
 
 /// Tears the sandbox down: the supervisor kills its tree when the lifeline closes;
 /// bwrap's tree dies with it (`--die-with-parent`, and its PID namespace).
-async fn stop(running: &mut Running, cancelled: bool) -> Result<Stopped, SandboxError> {
+/// (`cancel`: a cancellation still to come, which shortens a supervisor's checks, see
+/// [`await_checks`]; `None` once it came.)
+async fn stop<C: Future<Output = ()>>(
+    running: &mut Running,
+    cancel: Option<Pin<&mut C>>,
+) -> Result<Stopped, SandboxError> {
     match running {
         #[cfg(not(target_os = "linux"))]
         Running::Command(child) => {
@@ -1128,9 +1154,7 @@ async fn stop(running: &mut Running, cancelled: bool) -> Result<Stopped, Sandbox
             }
             // Spoken by now, were it in the grace's last moment: not given up on.
             if is_checking(running) {
-                return await_checks(running, cancelled)
-                    .await
-                    .map(|()| Stopped::Done);
+                return await_checks(running, cancel).await.map(|()| Stopped::Done);
             }
         }
         match running {
@@ -1705,10 +1729,10 @@ mod tests {
 
     impl crate::sandbox::AfterCall for HangingGit {
         fn run(self: Box<Self>) -> Vec<String> {
-            let _ = crate::sandbox::nested_git::run_git(
+            let ran = crate::sandbox::nested_git::run_git(
                 std::process::Command::new("sleep").arg(&self.0),
             );
-            Vec::new()
+            ran.err().map(|e| e.to_string()).into_iter().collect()
         }
     }
 
@@ -1719,6 +1743,63 @@ mod tests {
             std::fs::read(entry.path().join("cmdline"))
                 .is_ok_and(|cmdline| cmdline == wanted.as_bytes())
         })
+    }
+
+    /// The supervisor cuts its checks short by itself at its budget (a little before chitti
+    /// would stop them), so that one whose chitti is gone (killed, or a server that
+    /// exited) does not check for as long as a repository makes it.
+    #[test]
+    fn the_supervisor_cuts_its_own_checks_at_its_budget() {
+        let fx = Fixture::new();
+        let arg = format!("601.{}", std::process::id());
+        let Some(mut prepared) = prepare_sh(&fx, "exit 0") else {
+            return;
+        };
+        let Launch::Supervised(spec) = &mut prepared.launch else {
+            panic!("a landlock call runs under a supervisor");
+        };
+        spec.after.push(Box::new(HangingGit(arg.clone())));
+        spec.checks_budget = Duration::from_secs(1);
+        let output = Output::Capture { max_bytes: 64 };
+        let started = start_with(prepared, Input::Null, output, Some(Duration::from_secs(20)));
+        let waited = Instant::now();
+        let outcome = outcome_of(started.unwrap());
+        assert!(
+            waited.elapsed() < Duration::from_secs(10),
+            "{:?}",
+            waited.elapsed()
+        );
+        assert!(
+            outcome.repairs.iter().any(|r| r.contains("deadline")),
+            "{outcome:?}"
+        );
+        assert!(!sleep_runs(&arg), "the checks' git outlived the budget");
+    }
+
+    /// A cancellation that comes while chitti waits for slow checks after a timeout stops
+    /// them after the grace, not after the checks' patience.
+    #[test]
+    fn a_cancellation_during_slow_checks_stops_them_after_the_grace() {
+        let fx = Fixture::new();
+        let Some(started) = start_sh_checked_slowly(&fx, "exit 0", Duration::from_secs(40)) else {
+            return;
+        };
+        let waited = Instant::now();
+        let cancel = async { tokio::time::sleep(Duration::from_secs(3)).await };
+        let finished = finish(started, Duration::from_secs(1), cancel);
+        let outcome = runtime().block_on(finished).unwrap();
+        assert!(
+            waited.elapsed() < Duration::from_secs(3) + KILL_GRACE + Duration::from_secs(3),
+            "{:?}",
+            waited.elapsed()
+        );
+        assert!(
+            outcome
+                .repairs
+                .iter()
+                .any(|r| crate::sandbox::is_unrepaired(r) && r.contains("chitti stopped them")),
+            "{outcome:?}"
+        );
     }
 
     /// A supervisor stopped at its checks takes the git it runs down with it: nothing

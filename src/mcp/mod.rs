@@ -24,8 +24,10 @@ pub use handler::{McpTools, MAX_CALLS_AT_ONCE};
 
 use crate::tools::Toolbox;
 
-/// How long shutdown waits for running calls to tear their sandboxes down.
-const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
+/// How long shutdown waits for running calls to tear their sandboxes down: longer than a
+/// cancelled call takes at most (5 s for its tree, 5 s more for its supervisor's checks or
+/// its end), so that none is left behind.
+const SHUTDOWN_GRACE: Duration = Duration::from_secs(15);
 
 /// Serves `toolbox` on stdin/stdout until the client disconnects or `stop` resolves
 /// (e.g. on SIGTERM). Running commands are killed before this returns.

@@ -180,6 +180,9 @@ fn bwrap_usable(caps: &Capabilities, state_dir: &Path) -> Result<(), String> {
 }
 
 /// How the sandboxed process is started.
+// One per call, moved a few times before the launch: boxing the larger variant would only
+// add an allocation.
+#[allow(clippy::large_enum_variant)]
 pub enum Launch {
     /// A program spawned directly: bubblewrap, which isolates and supervises itself.
     Command {

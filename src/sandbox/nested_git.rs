@@ -1554,6 +1554,18 @@ fn gitlinks_by_git(git_dir: &Path, work_dir: &Path) -> Result<Vec<Gitlink>, Stri
 /// How long a git run of the checks may take before it is killed.
 const GIT_PATIENCE: Duration = Duration::from_secs(15);
 
+/// When the checks of this process must be over, if they have a deadline (see
+/// [`end_checks_by`]).
+static CHECKS_DEADLINE: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
+
+/// Gives the checks of this process (a landlock call's supervisor) a deadline: a git run
+/// is cut there, and none starts after it (each is then a check not done). A repository
+/// can make every git run of the checks last until it is cut, and a supervisor whose
+/// chitti is gone (killed, or a server that exited) has no one else to stop it.
+pub fn end_checks_by(deadline: std::time::Instant) {
+    let _ = CHECKS_DEADLINE.set(deadline);
+}
+
 /// Runs a git command of the checks to its end, or kills it after [`GIT_PATIENCE`]
 /// (TimedOut): git reads what the command left in the repository, and a FIFO there (a
 /// split index's `sharedindex.*`, an object) would hold git, and chitti waiting for it,
@@ -1580,6 +1592,15 @@ pub(crate) fn run_git(
             });
         }
     }
+    if CHECKS_DEADLINE
+        .get()
+        .is_some_and(|end| std::time::Instant::now() >= *end)
+    {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::TimedOut,
+            "the checks' deadline passed before git could run",
+        ));
+    }
     let mut child = command
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -1605,7 +1626,10 @@ pub(crate) fn run_git(
             .take()
             .map(|p| Box::new(p) as Box<dyn Read + Send>),
     );
-    let deadline = std::time::Instant::now() + GIT_PATIENCE;
+    let mut deadline = std::time::Instant::now() + GIT_PATIENCE;
+    if let Some(checks_end) = CHECKS_DEADLINE.get() {
+        deadline = deadline.min(*checks_end);
+    }
     let status = loop {
         if let Some(status) = child.try_wait()? {
             break status;
@@ -1616,7 +1640,10 @@ pub(crate) fn run_git(
             let _ = child.wait();
             return Err(std::io::Error::new(
                 std::io::ErrorKind::TimedOut,
-                format!("git did not finish within {} s", GIT_PATIENCE.as_secs()),
+                format!(
+                    "git did not finish within {} s, or before the checks' deadline",
+                    GIT_PATIENCE.as_secs()
+                ),
             ));
         }
         wait_for_exit(&child, left);

@@ -113,6 +113,9 @@ pub struct LaunchSpec {
     /// after it, whatever chitti does. chitti stuck where no signal reaches it (a read of
     /// a pipe whose lock the sandbox holds) must not keep the call alive.
     pub timeout: Option<std::time::Duration>,
+    /// How long the supervisor's checks may take once the call's processes are dead: a
+    /// little less than chitti waits for them, and a bound where chitti is gone.
+    pub checks_budget: std::time::Duration,
 }
 
 /// The supervisor's word on the call: how the command ended and what had to be repaired.
@@ -163,6 +166,7 @@ impl LaunchSpec {
             masks_made_by: MasksMadeBy::Command,
             tmp_slot: None,
             timeout: None,
+            checks_budget: CHECKS_PATIENCE.saturating_sub(CHECKS_OWN_MARGIN),
         })
     }
 }
@@ -408,6 +412,7 @@ fn spawn_here(
             after,
             cleanup: std::mem::take(&mut spec.cleanup),
             tmp_slot: spec.tmp_slot.take(),
+            checks_budget: spec.checks_budget,
         };
         unsafe { supervisor_main(&spec, &execve, keep, aftermath) }
     }
@@ -572,6 +577,8 @@ struct Aftermath {
     after: Vec<Box<dyn crate::sandbox::AfterCall>>,
     cleanup: Vec<std::path::PathBuf>,
     tmp_slot: Option<super::tmp_pool::Slot>,
+    /// See `LaunchSpec::checks_budget`.
+    checks_budget: std::time::Duration,
 }
 
 impl Aftermath {
@@ -919,6 +926,13 @@ unsafe fn read_go_byte(go: RawFd) -> Option<u8> {
 /// How often the command looks for the go byte before it blocks: about a millisecond.
 const GO_SPINS: u32 = 1000;
 
+/// How long chitti waits for the supervisor's checks once the call's processes are dead
+/// (each git run of the checks is cut at 15 s) before it stops them.
+pub const CHECKS_PATIENCE: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// How much sooner than [`CHECKS_PATIENCE`] the supervisor cuts its own checks short.
+const CHECKS_OWN_MARGIN: std::time::Duration = std::time::Duration::from_secs(5);
+
 /// How long after the call's timeout the supervisor ends it without chitti (see
 /// [`LaunchSpec::timeout`]).
 pub const DEADLINE_GRACE: std::time::Duration = std::time::Duration::from_secs(2);
@@ -1186,6 +1200,11 @@ unsafe fn finish(report: Report, aftermath: Aftermath, fds: Fds) -> ! {
             checking: true,
         },
     );
+    // Over by themselves a little before chitti would stop them, and also where chitti
+    // is gone and no one would.
+    if let Some(end) = std::time::Instant::now().checked_add(aftermath.checks_budget) {
+        crate::sandbox::nested_git::end_checks_by(end);
+    }
     let repairs = aftermath.run();
     let code = match &report {
         Report::Exited { code } => *code,
