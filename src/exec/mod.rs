@@ -1651,6 +1651,29 @@ mod tests {
         Some(start_with(prepared, Input::Null, output, Some(Duration::from_secs(20))).unwrap())
     }
 
+    /// Gives the supervisor of `started` a second for its checks (see `CHECKS_PATIENCE`);
+    /// its pid.
+    fn with_a_second_for_checks(started: &mut Started) -> libc::pid_t {
+        let Running::Supervised {
+            pid,
+            checks_patience,
+            ..
+        } = &mut started.running
+        else {
+            panic!("a landlock call runs under a supervisor");
+        };
+        *checks_patience = Duration::from_secs(1);
+        *pid
+    }
+
+    /// Whether the call says, as a failed repair, that chitti stopped its checks.
+    fn checks_stopped_by_chitti(outcome: &Outcome) -> bool {
+        outcome
+            .repairs
+            .iter()
+            .any(|r| crate::sandbox::is_unrepaired(r) && r.contains("chitti stopped them"))
+    }
+
     /// Checks that outlast chitti's grace after a timeout (5 s, and 5 s more) are not
     /// taken for a supervisor still ending the call: it said first that the call's
     /// processes were dead, so chitti waits for the checks and reports them.
@@ -1689,16 +1712,7 @@ mod tests {
         else {
             return;
         };
-        let Running::Supervised {
-            pid,
-            checks_patience,
-            ..
-        } = &mut started.running
-        else {
-            panic!("a landlock call runs under a supervisor");
-        };
-        *checks_patience = Duration::from_secs(1);
-        let supervisor = *pid;
+        let supervisor = with_a_second_for_checks(&mut started);
         let waited = Instant::now();
         let finished = finish(started, Duration::from_secs(1), std::future::pending());
         let outcome = runtime().block_on(finished).unwrap();
@@ -1793,13 +1807,7 @@ mod tests {
             "{:?}",
             waited.elapsed()
         );
-        assert!(
-            outcome
-                .repairs
-                .iter()
-                .any(|r| crate::sandbox::is_unrepaired(r) && r.contains("chitti stopped them")),
-            "{outcome:?}"
-        );
+        assert!(checks_stopped_by_chitti(&outcome), "{outcome:?}");
     }
 
     /// A supervisor stopped at its checks takes the git it runs down with it: nothing
@@ -1812,13 +1820,7 @@ mod tests {
         let Some(mut started) = start_sh_checked_by(&fx, "exit 0", check) else {
             return;
         };
-        let Running::Supervised {
-            checks_patience, ..
-        } = &mut started.running
-        else {
-            panic!("a landlock call runs under a supervisor");
-        };
-        *checks_patience = Duration::from_secs(1);
+        with_a_second_for_checks(&mut started);
         let finished = finish(started, Duration::from_secs(1), std::future::pending());
         let outcome = runtime().block_on(finished).unwrap();
         assert!(
@@ -1856,13 +1858,7 @@ mod tests {
                 waited.elapsed()
             );
             assert!(!outcome.end_unconfirmed, "({script}) {outcome:?}");
-            assert!(
-                outcome
-                    .repairs
-                    .iter()
-                    .any(|r| crate::sandbox::is_unrepaired(r) && r.contains("chitti stopped them")),
-                "({script}) {outcome:?}"
-            );
+            assert!(checks_stopped_by_chitti(&outcome), "({script}) {outcome:?}");
         }
     }
 
@@ -1897,22 +1893,10 @@ mod tests {
         else {
             return;
         };
-        let Running::Supervised {
-            checks_patience, ..
-        } = &mut started.running
-        else {
-            panic!("a landlock call runs under a supervisor");
-        };
-        *checks_patience = Duration::from_secs(1);
+        with_a_second_for_checks(&mut started);
         let finished = finish(started, Duration::from_secs(1), std::future::pending());
         let outcome = runtime().block_on(finished).unwrap();
-        assert!(
-            outcome
-                .repairs
-                .iter()
-                .any(|r| r.contains("chitti stopped them")),
-            "{outcome:?}"
-        );
+        assert!(checks_stopped_by_chitti(&outcome), "{outcome:?}");
         let tmp = String::from_utf8(outcome.stdout.bytes.clone()).unwrap();
         assert!(tmp.starts_with('/'), "{outcome:?}");
         assert!(
