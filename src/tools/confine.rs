@@ -526,6 +526,12 @@ impl<'a> Target<'a> {
                 "`{user}`: too many levels of symbolic links, or a link the file tools do \
                  not follow here"
             )),
+            // Missing on the way out of the workspace (`new/../../x`): the way out is what
+            // is wrong with it.
+            Some(libc::ENOENT) if climbs_out(Path::new(user)) => ConfineError::Outside(format!(
+                "`{user}` leads outside the workspace {ws} (through `..`); the file tools \
+                 only reach files inside the workspace"
+            )),
             Some(libc::ENOENT) => ConfineError::NotFound(format!(
                 "`{user}` does not exist (relative paths start at the workspace {ws})"
             )),
@@ -600,6 +606,22 @@ fn check_writable(policy: &Policy, user: &str, real: &Path) -> Result<(), Confin
         )));
     }
     Ok(())
+}
+
+/// Whether a relative path, by its spelling alone, climbs above where it starts (`a/../..`);
+/// only used to say why a path was refused, never to open.
+fn climbs_out(path: &Path) -> bool {
+    let mut depth: usize = 0;
+    for c in path.components() {
+        match c {
+            Component::Normal(_) => depth += 1,
+            Component::ParentDir if depth == 0 => return true,
+            Component::ParentDir => depth -= 1,
+            Component::CurDir => {}
+            Component::RootDir | Component::Prefix(_) => return false,
+        }
+    }
+    false
 }
 
 /// `.` and `..` removed by spelling alone; only used to refuse early, never to open.
@@ -961,6 +983,14 @@ mod tests {
         let err = write(&fx, "../outside/new").unwrap_err();
         assert_eq!(err.kind(), "outside_workspace", "{err}");
         assert!(!fx.outside.join("new").exists());
+        // Through a directory that does not exist yet: still outside, not "not found".
+        for path in ["new/../../escape", "new/deeper/../../../escape"] {
+            let err = write(&fx, path).unwrap_err();
+            assert_eq!(err.kind(), "outside_workspace", "{path}: {err}");
+            let err = read(&fx, path).unwrap_err();
+            assert_eq!(err.kind(), "outside_workspace", "{path}: {err}");
+        }
+        assert!(!fx.ws.join("new").exists() && !fx.home.join("escape").exists());
     }
 
     #[test]
