@@ -654,7 +654,19 @@ async fn follow(
     } else if matches!(ended, Ended::Cancelled) {
         let cancelled = None::<Pin<&mut std::future::Pending<()>>>;
         end_unconfirmed = stop(&mut running, cancelled).await? == Stopped::GaveUp;
-    } else if backend == Backend::Seatbelt {
+    }
+    // bwrap killed between its clone and its child's `PR_SET_PDEATHSIG` (a cancellation as
+    // the sandbox starts) leaves that child, the sandbox's init, running the command:
+    // adopted by chitti, a child subreaper. A process that runs this one call only kills
+    // all it has below it then (a test caught the command running on).
+    #[cfg(target_os = "linux")]
+    if !matches!(ended, Ended::Exited)
+        && reap == Reap::BeforeExit
+        && matches!(running, Running::Direct(_))
+    {
+        crate::sandbox::linux::supervisor::kill_tree_below_this_process();
+    }
+    if matches!(ended, Ended::Exited) && backend == Backend::Seatbelt {
         // macOS has no PID namespace or subreaper: sweep the command's session so its
         // background children do not outlive the call. While any member lives the group
         // id cannot be reused, so this reaches only our own processes.

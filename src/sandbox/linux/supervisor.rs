@@ -1070,6 +1070,13 @@ unsafe fn kill_descendants() {
     }
 }
 
+/// Kills every process below this one that it sees (one round of [`kill_descendants`]),
+/// for a chitti that runs one call and adopts orphans (bwrap's, see `bwrap_init`): once
+/// its bwrap is dead, whatever is left below it is that call's.
+pub fn kill_tree_below_this_process() {
+    unsafe { kill_tree(libc::getpid(), true) };
+}
+
 /// Kills every process below the supervisor `supervisor` that chitti sees (one round of
 /// [`kill_descendants`], from outside): chitti's help when the supervisor is slow to end
 /// its tree. The supervisor itself is left alone.
