@@ -529,36 +529,19 @@ pub fn nested_repo_checks(policy: &Policy) -> Vec<Box<dyn AfterCall>> {
 pub fn protected_paths_kept(policy: &Policy) -> Result<Vec<Box<dyn AfterCall>>, SandboxError> {
     create_missing_hooks(policy)?;
     let protected = [&policy.read_only[..], &policy.absent[..]].concat();
-    let take = || {
-        protect::Snapshot::take_shared(
-            &policy.state_dir,
-            &policy.writable,
-            &policy.pinned,
-            &protected,
-            &[],
-        )
-    };
-    // A call in the way may be one that just ended, whose presence a process forked
-    // meanwhile still holds for a moment: asked again for a while before it counts.
-    let asked = std::time::Instant::now();
-    let (snapshot, present) = loop {
-        match take() {
-            Err(e)
-                if protect::is_running_call(&e) && asked.elapsed() < RUNNING_CALL_RECHECKED_FOR =>
-            {
-                std::thread::sleep(std::time::Duration::from_millis(5));
-            }
-            taken => break taken.map_err(SandboxError::Unavailable)?,
-        }
-    };
+    let (snapshot, present) = protect::Snapshot::take_shared(
+        &policy.state_dir,
+        &policy.writable,
+        &policy.pinned,
+        &protected,
+        &[],
+    )
+    .map_err(SandboxError::Unavailable)?;
     let mut after: Vec<Box<dyn AfterCall>> = vec![Box::new(snapshot)];
     after.extend(nested_repo_checks(policy));
     after.push(Box::new(present));
     Ok(after)
 }
-
-/// How long [`protected_paths_kept`] asks again while a call running now stands in the way.
-const RUNNING_CALL_RECHECKED_FOR: std::time::Duration = std::time::Duration::from_millis(200);
 
 /// A name part no other process can guess: repairs name their staging and quarantine
 /// files with it, so that the sandbox cannot take those names first and make a repair fail.

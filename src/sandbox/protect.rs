@@ -121,6 +121,17 @@ impl Snapshot {
         protected: &[PathBuf],
         guarded: &[PathBuf],
     ) -> Result<(Snapshot, Present), String> {
+        let take = || Self::take_shared_once(state_dir, roots, pinned, protected, guarded);
+        asking_again_while_a_call_runs(RUNNING_CALL_RECHECKED_FOR, take)
+    }
+
+    fn take_shared_once(
+        state_dir: &Path,
+        roots: &[PathBuf],
+        pinned: &[PathBuf],
+        protected: &[PathBuf],
+        guarded: &[PathBuf],
+    ) -> Result<(Snapshot, Present), String> {
         if pinned.is_empty() && protected.is_empty() && guarded.is_empty() {
             let presence = shared_baseline::be_present(state_dir, roots)?;
             return Ok((Snapshot::default(), Present(presence)));
@@ -412,11 +423,32 @@ fn made_by_running_call(path: &Path, root: PathBuf) -> String {
 const RUNNING_NOW: &str = "the command of another chitti call running now";
 const STILL_RUNNING: &str = "the command of a call still running";
 
-/// Whether `error`, from [`Snapshot::take_shared`], is a call running now that stands in the
-/// way. Worth asking again a moment later: a process forked meanwhile (a supervisor, until
-/// it closes what it inherited) holds a copy of an ended call's presence for that moment.
-pub fn is_running_call(error: &str) -> bool {
+/// Whether `error`, from [`Snapshot::take_shared_once`], is a call running now that stands
+/// in the way.
+fn is_running_call(error: &str) -> bool {
     error.contains(RUNNING_NOW) || error.contains(STILL_RUNNING)
+}
+
+/// How long [`Snapshot::take_shared`] asks again while a call running now stands in the way.
+const RUNNING_CALL_RECHECKED_FOR: std::time::Duration = std::time::Duration::from_millis(200);
+
+/// `take`'s answer, asked again for `patience` while it is a call running now that stands
+/// in the way: that call may have just ended, and a process forked meanwhile (a
+/// supervisor, until it closes what it inherited) holds a copy of its presence for a
+/// moment.
+fn asking_again_while_a_call_runs<T>(
+    patience: std::time::Duration,
+    take: impl Fn() -> Result<T, String>,
+) -> Result<T, String> {
+    let asked = std::time::Instant::now();
+    loop {
+        match take() {
+            Err(e) if is_running_call(&e) && asked.elapsed() < patience => {
+                std::thread::sleep(std::time::Duration::from_millis(5));
+            }
+            taken => return taken,
+        }
+    }
 }
 
 fn replaced_by_running_call(path: &Path) -> String {
@@ -877,27 +909,17 @@ mod tests {
     }
 
     /// [`take_shared`] for the call after one dropped as if killed, where a pinned
-    /// directory was replaced. A process forked meanwhile by another test (a supervisor,
-    /// `in_a_child`) holds a copy of the dropped call's lock until it closes or execs it,
-    /// and the replacement then looks like a running call's for that moment (seen once in
-    /// CI): that answer alone is tried again, for a few seconds.
+    /// directory was replaced, asking again for longer than a call does: a test's child
+    /// (`in_a_child`) holds a copy of the dropped call's lock for as long as it runs, and
+    /// the replacement then looks like a running call's meanwhile (seen once in CI).
     fn take_shared_after_a_crash(
         state: &Path,
         pinned: &[PathBuf],
         protected: &[PathBuf],
     ) -> Snapshot {
-        let waited = std::time::Instant::now();
-        loop {
-            match take_shared(state, pinned, protected, &[]) {
-                Err(e)
-                    if is_running_call(&e)
-                        && waited.elapsed() < std::time::Duration::from_secs(5) =>
-                {
-                    std::thread::sleep(std::time::Duration::from_millis(20));
-                }
-                taken => return taken.unwrap(),
-            }
-        }
+        let take =
+            || Snapshot::take_shared_once(state, &[], pinned, protected, &[]).map(|(s, _)| s);
+        asking_again_while_a_call_runs(std::time::Duration::from_secs(5), take).unwrap()
     }
     use std::os::unix::fs::PermissionsExt;
 
