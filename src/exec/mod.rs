@@ -638,22 +638,17 @@ async fn follow(
     // not waited for again.)
     #[cfg(target_os = "linux")]
     let ended = match ended {
-        Ended::TimedOut if is_checking(&running) => {
-            await_checks(&mut running, Some(cancel.as_mut())).await?;
-            Ended::Exited
-        }
-        Ended::Cancelled if is_checking(&running) => {
-            await_checks(&mut running, None::<Pin<&mut std::future::Pending<()>>>).await?;
+        Ended::TimedOut | Ended::Cancelled if is_checking(&running) => {
+            let to_come = matches!(ended, Ended::TimedOut).then(|| cancel.as_mut());
+            await_checks(&mut running, to_come).await?;
             Ended::Exited
         }
         ended => ended,
     };
     let mut end_unconfirmed = false;
-    if matches!(ended, Ended::TimedOut) {
-        end_unconfirmed = stop(&mut running, Some(cancel.as_mut())).await? == Stopped::GaveUp;
-    } else if matches!(ended, Ended::Cancelled) {
-        let cancelled = None::<Pin<&mut std::future::Pending<()>>>;
-        end_unconfirmed = stop(&mut running, cancelled).await? == Stopped::GaveUp;
+    if !matches!(ended, Ended::Exited) {
+        let to_come = matches!(ended, Ended::TimedOut).then(|| cancel.as_mut());
+        end_unconfirmed = stop(&mut running, to_come).await? == Stopped::GaveUp;
     }
     // bwrap killed between its clone and its child's `PR_SET_PDEATHSIG` (a cancellation as
     // the sandbox starts) leaves that child, the sandbox's init, running the command:
@@ -984,7 +979,7 @@ async fn await_checks<C: Future<Output = ()>>(
         let mut deadline = started + *checks_patience;
         // Read while waiting: a last word larger than the pipe holds (repairs name paths
         // the command chose) would otherwise keep the supervisor writing until stopped.
-        let read = read_to_end(status, heard);
+        let read = read_until(status, heard, |_| false);
         tokio::pin!(read);
         let finished = match cancel {
             Some(cancel) => tokio::select! {
@@ -1008,21 +1003,18 @@ async fn await_checks<C: Future<Output = ()>>(
     wait(running).await
 }
 
-/// Reads `pipe` to its end (or to an error) into `into`; what is read stays read if the
-/// future is dropped.
+/// Reads `pipe` into `into`, without waiting for its other end to close, until `done`
+/// says what was read is enough (true), or to its end or an error (false). What is read
+/// stays read if the future is dropped.
 #[cfg(target_os = "linux")]
-async fn read_to_end(pipe: &OwnedFd, into: &mut Vec<u8>) {
+async fn read_until(pipe: &OwnedFd, into: &mut Vec<u8>, done: impl Fn(&[u8]) -> bool) -> bool {
     use nix::fcntl::{fcntl, FcntlArg, OFlag};
     let Ok(flags) = fcntl(pipe, FcntlArg::F_GETFL) else {
-        return;
+        return false;
     };
-    if fcntl(
-        pipe,
-        FcntlArg::F_SETFL(OFlag::from_bits_retain(flags) | OFlag::O_NONBLOCK),
-    )
-    .is_err()
-    {
-        return;
+    let flags = OFlag::from_bits_retain(flags) | OFlag::O_NONBLOCK;
+    if fcntl(pipe, FcntlArg::F_SETFL(flags)).is_err() {
+        return false;
     }
     // SAFETY: `pipe` outlives the registration, which ends with this function.
     let Ok(fd) = (unsafe {
@@ -1031,19 +1023,20 @@ async fn read_to_end(pipe: &OwnedFd, into: &mut Vec<u8>) {
             tokio::io::Interest::READABLE,
         )
     }) else {
-        return;
+        return false;
     };
     let mut chunk = [0u8; 4096];
-    loop {
+    while !done(into) {
         let Ok(mut ready) = fd.readable().await else {
-            return;
+            return false;
         };
         match ready.try_io(|_| nix::unistd::read(pipe, &mut chunk).map_err(std::io::Error::from)) {
-            Ok(Ok(0)) | Ok(Err(_)) => return,
+            Ok(Ok(0)) | Ok(Err(_)) => return false,
             Ok(Ok(n)) => into.extend_from_slice(&chunk[..n]),
             Err(_would_block) => {}
         }
     }
+    true
 }
 
 /// Reads one line from a pipe, without waiting for its other end to close; None at EOF
@@ -1051,26 +1044,9 @@ async fn read_to_end(pipe: &OwnedFd, into: &mut Vec<u8>) {
 /// caller treats the pipe as carrying no report).
 #[cfg(target_os = "linux")]
 async fn read_line(pipe: &OwnedFd) -> Option<String> {
-    use nix::fcntl::{fcntl, FcntlArg, OFlag};
-    let flags = OFlag::from_bits_retain(fcntl(pipe, FcntlArg::F_GETFL).ok()?);
-    fcntl(pipe, FcntlArg::F_SETFL(flags | OFlag::O_NONBLOCK)).ok()?;
-    // SAFETY: `pipe` outlives the registration, which ends with this function.
-    let fd = unsafe {
-        tokio::io::unix::AsyncFd::register_with_interest(
-            pipe.as_raw_fd(),
-            tokio::io::Interest::READABLE,
-        )
-    }
-    .ok()?;
     let mut line = Vec::new();
-    let mut chunk = [0u8; 4096];
-    while !line.contains(&b'\n') {
-        let mut ready = fd.readable().await.ok()?;
-        match ready.try_io(|_| nix::unistd::read(pipe, &mut chunk).map_err(std::io::Error::from)) {
-            Ok(Ok(0)) | Ok(Err(_)) => return None,
-            Ok(Ok(n)) => line.extend_from_slice(&chunk[..n]),
-            Err(_would_block) => {}
-        }
+    if !read_until(pipe, &mut line, |read| read.contains(&b'\n')).await {
+        return None;
     }
     String::from_utf8(line).ok()
 }
@@ -1851,7 +1827,7 @@ mod tests {
 
     /// A cancelled call whose checks run long stops them after the grace it always had, not
     /// after the checks' patience: a user's Ctrl-C, or a server shutting down (which waits
-    /// 10 s for its calls), must not wait a minute. The call says they were not finished.
+    /// 15 s for its calls), must not wait a minute. The call says they were not finished.
     #[test]
     fn a_cancelled_call_stops_slow_checks_after_the_grace() {
         let fx = Fixture::new();
