@@ -59,8 +59,7 @@ mod tests {
     fn only_regular_files_are_opened_and_nothing_waits() {
         let dir = tempfile::tempdir().unwrap();
         let fifo = dir.path().join("fifo");
-        let path = std::ffi::CString::new(fifo.as_os_str().as_encoded_bytes()).unwrap();
-        assert_eq!(unsafe { libc::mkfifo(path.as_ptr(), 0o600) }, 0);
+        nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::S_IRWXU).unwrap();
         let link = dir.path().join("link");
         std::os::unix::fs::symlink(&fifo, &link).unwrap();
         for path in [&fifo, &link] {

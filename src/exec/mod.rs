@@ -1654,6 +1654,23 @@ mod tests {
         *pid
     }
 
+    const SECOND: Duration = Duration::from_secs(1);
+
+    /// Follows `started` to its end under `timeout`, cancelled `after` from now; with how
+    /// long that took.
+    fn cancelled_after(
+        started: Started,
+        timeout: Duration,
+        after: Duration,
+    ) -> (Outcome, Duration) {
+        let waited = Instant::now();
+        let cancel = async move { tokio::time::sleep(after).await };
+        let outcome = runtime()
+            .block_on(finish(started, timeout, cancel))
+            .unwrap();
+        (outcome, waited.elapsed())
+    }
+
     /// Whether the call says, as a failed repair, that chitti stopped its checks.
     fn checks_stopped_by_chitti(outcome: &Outcome) -> bool {
         outcome
@@ -1786,14 +1803,10 @@ mod tests {
         let Some(started) = start_sh_checked_slowly(&fx, "exit 0", Duration::from_secs(40)) else {
             return;
         };
-        let waited = Instant::now();
-        let cancel = async { tokio::time::sleep(Duration::from_secs(3)).await };
-        let finished = finish(started, Duration::from_secs(1), cancel);
-        let outcome = runtime().block_on(finished).unwrap();
+        let (outcome, took) = cancelled_after(started, Duration::from_secs(1), 3 * SECOND);
         assert!(
-            waited.elapsed() < Duration::from_secs(3) + KILL_GRACE + Duration::from_secs(3),
-            "{:?}",
-            waited.elapsed()
+            took < Duration::from_secs(3) + KILL_GRACE + Duration::from_secs(3),
+            "{took:?}"
         );
         assert!(checks_stopped_by_chitti(&outcome), "{outcome:?}");
     }
@@ -1836,14 +1849,10 @@ mod tests {
             let Some(started) = start_sh_checked_slowly(&fx, script, check) else {
                 return;
             };
-            let waited = Instant::now();
-            let cancel = async { tokio::time::sleep(Duration::from_secs(1)).await };
-            let finished = finish(started, Duration::from_secs(60), cancel);
-            let outcome = runtime().block_on(finished).unwrap();
+            let (outcome, took) = cancelled_after(started, Duration::from_secs(60), SECOND);
             assert!(
-                waited.elapsed() < KILL_GRACE * 2 + Duration::from_secs(3),
-                "({script}) {:?}",
-                waited.elapsed()
+                took < KILL_GRACE * 2 + Duration::from_secs(3),
+                "({script}) {took:?}"
             );
             assert!(!outcome.end_unconfirmed, "({script}) {outcome:?}");
             assert!(checks_stopped_by_chitti(&outcome), "({script}) {outcome:?}");
