@@ -306,5 +306,13 @@ mod tests {
             err.structured_content,
             Some(serde_json::json!({"error": "bad"}))
         );
+        // A call that ran but whose sandbox failed a promise keeps its whole result.
+        let failed = ToolResult::failed(serde_json::json!({"exit_code": 0}), "ran".into(), "x");
+        let failed = wire_result(failed);
+        assert_eq!(failed.is_error, Some(true));
+        assert_eq!(
+            failed.structured_content,
+            Some(serde_json::json!({"exit_code": 0, "error": "x"}))
+        );
     }
 }

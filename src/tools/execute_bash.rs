@@ -229,7 +229,19 @@ fn render(outcome: &Outcome, timeout: Duration, cap: usize) -> ToolResult {
         "(wall time {:.2} s)\n",
         outcome.duration.as_secs_f64()
     ));
-    ToolResult::success(content, text)
+    // The sandbox did not keep its promise: an error, whatever the command's own exit (as
+    // `sandbox exec` exits 125), so that a client sees it without reading the text.
+    let broken = if outcome.end_unconfirmed {
+        Some(crate::exec::UNCONFIRMED_END)
+    } else if outcome.repairs.iter().any(|r| sandbox::is_unrepaired(r)) {
+        Some(super::UNREPAIRED_ERROR)
+    } else {
+        None
+    };
+    match broken {
+        Some(error) => ToolResult::failed(content, text, error),
+        None => ToolResult::success(content, text),
+    }
 }
 
 #[cfg(test)]
@@ -492,5 +504,60 @@ mod tests {
             "{}",
             r.text
         );
+    }
+
+    fn ended_with(repairs: Vec<String>, end_unconfirmed: bool) -> Outcome {
+        Outcome {
+            exit_code: 0,
+            signal: None,
+            timed_out: false,
+            cancelled: false,
+            stdout: Captured::default(),
+            stderr: Captured::default(),
+            duration: Duration::from_millis(5),
+            backend: Backend::None,
+            repairs,
+            end_unconfirmed,
+        }
+    }
+
+    #[test]
+    fn a_broken_promise_is_an_error_that_keeps_the_whole_result() {
+        let second = Duration::from_secs(1);
+        let repaired = render(
+            &ended_with(vec!["put .git/hooks back".into()], false),
+            second,
+            64,
+        );
+        assert!(repaired.ok, "{}", repaired.text);
+        assert!(
+            repaired.content.get("error").is_none(),
+            "{}",
+            repaired.content
+        );
+
+        let unrepaired = sandbox::unrepaired("could not restore .git/config");
+        let r = render(&ended_with(vec![unrepaired.clone()], false), second, 64);
+        assert!(!r.ok, "an unrepaired path read as a success: {}", r.text);
+        assert_eq!(r.content["error"], super::super::UNREPAIRED_ERROR);
+        assert_eq!(r.content["exit_code"], 0, "{}", r.content);
+        assert_eq!(r.content["protected_paths_restored"], json!([unrepaired]));
+        assert!(r.text.contains("could NOT put it back"), "{}", r.text);
+
+        let r = render(&ended_with(vec![], true), second, 64);
+        assert!(!r.ok, "an unconfirmed end read as a success: {}", r.text);
+        assert_eq!(r.content["error"], exec::UNCONFIRMED_END);
+        assert_eq!(r.content["end_unconfirmed"], true);
+    }
+
+    #[test]
+    fn a_write_s_unrepaired_path_is_an_error() {
+        let written = || ToolResult::success(json!({"path": "a"}), "wrote a");
+        let r = super::super::with_repairs(written(), vec!["moved x aside".into()]);
+        assert!(r.ok, "{}", r.text);
+        let r = super::super::with_repairs(written(), vec![sandbox::unrepaired("x stayed")]);
+        assert!(!r.ok, "{}", r.text);
+        assert_eq!(r.content["error"], super::super::UNREPAIRED_ERROR);
+        assert_eq!(r.content["path"], "a");
     }
 }

@@ -211,6 +211,19 @@ impl ToolResult {
         }
     }
 
+    /// A call that ran but in which the sandbox failed a promise (a protected path left
+    /// changed, an end it cannot confirm): the full result, with `error` added to it.
+    pub fn failed(mut content: Value, text: String, error: &str) -> ToolResult {
+        if let Some(fields) = content.as_object_mut() {
+            fields.insert("error".into(), json!(error));
+        }
+        ToolResult {
+            ok: false,
+            content,
+            text,
+        }
+    }
+
     pub fn error(message: impl Into<String>) -> ToolResult {
         let message = message.into();
         ToolResult {
@@ -425,8 +438,16 @@ fn with_repairs(mut result: ToolResult, repairs: Vec<String>) -> ToolResult {
     if let Some(content) = result.content.as_object_mut() {
         content.insert("protected_paths_restored".into(), json!(repairs));
     }
+    if repairs.iter().any(|r| crate::sandbox::is_unrepaired(r)) {
+        return ToolResult::failed(result.content, result.text, UNREPAIRED_ERROR);
+    }
     result
 }
+
+/// A result's error when a protected path was left changed (the lines of its text say
+/// which).
+pub const UNREPAIRED_ERROR: &str = "a protected path was changed and chitti could not put it \
+     back; do not run git there before it has been checked by hand";
 
 /// The error of a call whose policy cannot be resolved.
 fn unresolved(e: &crate::policy::PolicyError) -> ToolResult {
