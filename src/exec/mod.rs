@@ -568,7 +568,7 @@ async fn follow(
         call:
             Call {
                 backend,
-                after,
+                mut after,
                 temp_dirs,
                 // Kept (not dropped) until this function returns: the call is over by then.
                 held: _held,
@@ -652,8 +652,14 @@ async fn follow(
     }
     // bwrap killed between its clone and its child's `PR_SET_PDEATHSIG` (a cancellation as
     // the sandbox starts) leaves that child, the sandbox's init, running the command:
-    // adopted by chitti, a child subreaper. A process that runs this one call only kills
-    // all it has below it then (a test caught the command running on).
+    // adopted by chitti, a child subreaper. The after-call work that knows its number
+    // kills it; a process that runs this one call also kills all it has below it then (a
+    // test caught the command running on).
+    if !matches!(ended, Ended::Exited) {
+        for work in &mut after {
+            work.sandbox_stopped();
+        }
+    }
     #[cfg(target_os = "linux")]
     if !matches!(ended, Ended::Exited)
         && reap == Reap::BeforeExit
@@ -1324,6 +1330,88 @@ mod tests {
             "{text}"
         );
         assert!(!memo.exists(), "the memo that bwrap works was kept");
+    }
+
+    /// bwrap stopped after its child (the PID namespace's init) left bwrap's process group
+    /// and before it bound its life to bwrap's leaves that init running the command. Here it
+    /// is held in that gap for good: its `--lock-file` is a FIFO no one opens for writing.
+    /// A session's call, cancelled once the command runs, must still end it all and return.
+    #[test]
+    fn a_call_stopped_while_bwrap_s_init_is_unbound_leaves_nothing_running() {
+        if let Some(why) = Capabilities::get().bwrap_static_blocker() {
+            eprintln!("SKIP: {why}");
+            return;
+        }
+        let fx = Fixture::new();
+        let fifo = fx.ws.join("held");
+        nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::S_IRWXU).unwrap();
+        // A number no other process runs `sleep` with, to find its processes by.
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .subsec_nanos();
+        let mark = format!("3599.{}{nanos}", std::process::id());
+        let script = format!("echo > started; exec sleep {mark}");
+        let command: Vec<std::ffi::OsString> = vec!["sh".into(), "-c".into(), script.into()];
+        let mut prepared =
+            crate::sandbox::prepare(Backend::Bwrap, &fx.policy, &command, &fx.ws).unwrap();
+        let Launch::Command { args, .. } = &mut prepared.launch else {
+            panic!("bwrap is started directly");
+        };
+        let end_of_options = args.iter().position(|a| a == "--").unwrap();
+        args.splice(
+            end_of_options..end_of_options,
+            ["--lock-file".into(), fifo.clone().into_os_string()],
+        );
+        let started = fx.ws.join("started");
+        let cancel = async {
+            while !started.exists() {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        };
+        let output = Output::Capture { max_bytes: 64 };
+        let rt = runtime();
+        let outcome = rt.block_on(async {
+            let call = run(
+                prepared,
+                Input::Null,
+                output,
+                Duration::from_secs(600),
+                cancel,
+            );
+            tokio::time::timeout(Duration::from_secs(60), call).await
+        });
+        let left = running_with(&mark);
+        // Whatever is left goes before the runtime, whose pipe readers wait for it.
+        for &pid in &left {
+            unsafe { libc::kill(pid, libc::SIGKILL) };
+        }
+        let _ = nix::fcntl::open(
+            &fifo,
+            nix::fcntl::OFlag::O_WRONLY | nix::fcntl::OFlag::O_NONBLOCK,
+            nix::sys::stat::Mode::empty(),
+        );
+        assert!(started.exists(), "the command never ran");
+        let outcome = outcome
+            .expect("the call did not return: its pipes were held open")
+            .unwrap();
+        assert!(outcome.cancelled, "{outcome:?}");
+        assert!(left.is_empty(), "the command outlived its call: {left:?}");
+    }
+
+    /// The processes whose command line holds `mark`, seen from outside.
+    fn running_with(mark: &str) -> Vec<libc::pid_t> {
+        let mut found = Vec::new();
+        for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+            let Some(pid) = entry.file_name().to_str().and_then(|n| n.parse().ok()) else {
+                continue;
+            };
+            let cmdline = std::fs::read(entry.path().join("cmdline")).unwrap_or_default();
+            if String::from_utf8_lossy(&cmdline).contains(mark) {
+                found.push(pid);
+            }
+        }
+        found
     }
 
     /// Checked from outside: the supervisor's child already runs `sleep` (it has exec'd).

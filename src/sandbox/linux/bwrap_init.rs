@@ -31,13 +31,42 @@ pub fn adopt_orphans() {
 
 /// Reads bwrap's status descriptor after the call and reaps the child it names.
 pub struct ReapBwrapInit {
-    pub status: OwnedFd,
+    status: std::fs::File,
+    /// The child bwrap named, once read (see [`AfterCall::sandbox_stopped`]).
+    named: Option<Option<libc::pid_t>>,
+}
+
+impl ReapBwrapInit {
+    pub fn new(status: OwnedFd) -> ReapBwrapInit {
+        ReapBwrapInit {
+            status: status.into(),
+            named: None,
+        }
+    }
+
+    fn named(&mut self) -> Option<libc::pid_t> {
+        *self.named.get_or_insert_with(|| child_pid(&self.status))
+    }
 }
 
 impl AfterCall for ReapBwrapInit {
-    fn run(self: Box<Self>) -> Vec<String> {
-        reap_named_child(self.status);
+    fn run(mut self: Box<Self>) -> Vec<String> {
+        if let Some(pid) = self.named() {
+            reap(pid);
+        }
         Vec::new()
+    }
+
+    /// bwrap's child leaves bwrap's process group (`--new-session`) before it binds its
+    /// life to bwrap's (`PR_SET_PDEATHSIG`, in the PID namespace's init): bwrap stopped in
+    /// between, as a call is cancelled while its sandbox starts, leaves that init running
+    /// the command, adopted by chitti, and the call's pipes open for as long as it runs.
+    /// Its number is on the status descriptor by then (bwrap writes it before it lets the
+    /// child go on), so it is killed here, and the PID namespace with it.
+    fn sandbox_stopped(&mut self) {
+        if let Some(pid) = self.named() {
+            super::supervisor::kill_orphaned_init(pid);
+        }
     }
 }
 
@@ -57,18 +86,14 @@ pub fn name_child(cmd: &mut std::process::Command) -> std::io::Result<(OwnedFd, 
 
 pub fn reap_after((read, write): (OwnedFd, OwnedFd)) {
     drop(write);
-    reap_named_child(read);
-}
-
-fn reap_named_child(status: OwnedFd) {
-    if let Some(pid) = child_pid(status) {
+    if let Some(pid) = child_pid(&read.into()) {
         reap(pid);
     }
 }
 
 /// The `child-pid` from bwrap's first status line. bwrap has exited by now, so what it
 /// wrote is in the pipe; do not wait for more.
-fn child_pid(status: OwnedFd) -> Option<libc::pid_t> {
+fn child_pid(mut status: &std::fs::File) -> Option<libc::pid_t> {
     unsafe {
         let fd = status.as_raw_fd();
         libc::fcntl(
@@ -78,7 +103,7 @@ fn child_pid(status: OwnedFd) -> Option<libc::pid_t> {
         );
     }
     let mut text = Vec::new();
-    let _ = std::fs::File::from(status).read_to_end(&mut text);
+    let _ = status.read_to_end(&mut text);
     let first = text.split(|b| *b == b'\n').next()?;
     let value: serde_json::Value = serde_json::from_slice(first).ok()?;
     let pid = value.get("child-pid")?.as_i64()?;

@@ -154,7 +154,7 @@ pub(crate) fn prepare_bwrap(
     // Then the planted files go, before the nested-repository check reads the repository
     // (a planted `.git/commondir` would show it another repository's worktrees).
     let mut after: Vec<Box<dyn super::AfterCall>> =
-        vec![Box::new(bwrap_init::ReapBwrapInit { status: fds.status })];
+        vec![Box::new(bwrap_init::ReapBwrapInit::new(fds.status))];
     if !absent.is_empty() {
         after.push(Box::new(absent));
     }

@@ -1077,6 +1077,36 @@ pub fn kill_tree_below_this_process() {
     unsafe { kill_tree(libc::getpid(), true) };
 }
 
+/// Kills `pid` if it is an orphaned sandbox init: this process's child (adopted, as a
+/// subreaper) and PID 1 of a namespace of its own. Anything else under that number (the
+/// init reaped and its number taken since) is left alone.
+pub fn kill_orphaned_init(pid: libc::pid_t) {
+    let Ok(pidfd) = super::vfork::open_pidfd(pid) else {
+        return;
+    };
+    // Once it is this process's child its number is its own until this process reaps it.
+    if parent_of(pid) != Some(unsafe { libc::getpid() }) {
+        return;
+    }
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    let inner_pids = status.lines().find_map(|l| l.strip_prefix("NSpid:"));
+    let namespace_init = inner_pids.is_some_and(|pids| {
+        let pids: Vec<&str> = pids.split_whitespace().collect();
+        pids.len() > 1 && pids.last() == Some(&"1")
+    });
+    if namespace_init {
+        unsafe {
+            libc::syscall(
+                libc::SYS_pidfd_send_signal,
+                pidfd.as_raw_fd(),
+                libc::SIGKILL,
+                0,
+                0,
+            )
+        };
+    }
+}
+
 /// Kills every process below the supervisor `supervisor` that chitti sees (one round of
 /// [`kill_descendants`], from outside): chitti's help when the supervisor is slow to end
 /// its tree. The supervisor itself is left alone.
