@@ -1126,15 +1126,28 @@ async fn stop<C: Future<Output = ()>>(
         // repositories: it gets the checks' patience instead, and no help, which would
         // kill its git.
         #[cfg(target_os = "linux")]
-        if let Running::Supervised { pid, ended, .. } = running {
-            let (pid, ended) = (*pid, ended.as_raw_fd());
-            let helped = async {
-                while !has_spoken(ended) {
+        if let Running::Supervised {
+            pid, pidfd, ended, ..
+        } = running
+        {
+            // A round still at work when the supervisor is reaped (the wait below ends)
+            // goes on alone: it holds its own copies of the descriptors, the pidfd telling
+            // it whether `pid` is still the supervisor's.
+            let copies = (pidfd.try_clone(), ended.try_clone());
+            let pid = *pid;
+            let helped = async move {
+                let (Ok(pidfd), Ok(ended)) = copies else {
+                    return std::future::pending().await;
+                };
+                while !has_spoken(ended.as_raw_fd()) {
+                    let (Ok(own), Ok(spoken)) = (pidfd.try_clone(), ended.try_clone()) else {
+                        break;
+                    };
                     // Looked at again just before: a supervisor that has spoken may be
                     // running git for its checks.
                     let round = tokio::task::spawn_blocking(move || {
-                        if !has_spoken(ended) {
-                            crate::sandbox::linux::supervisor::kill_tree_below(pid)
+                        if !has_spoken(spoken.as_raw_fd()) {
+                            crate::sandbox::linux::supervisor::kill_tree_below(pid, own)
                         }
                     });
                     let _ = round.await;

@@ -1039,7 +1039,7 @@ unsafe fn kill_descendants() {
     // Rounds in which a child exists but is not listed yet, each a millisecond's wait.
     let mut unlisted = 0;
     loop {
-        let any = kill_tree(own, true);
+        let any = kill_tree(own, None, true);
         // Reap everything that has died, then, if children remain, wait for one.
         let mut reaped_any = false;
         loop {
@@ -1074,7 +1074,7 @@ unsafe fn kill_descendants() {
 /// for a chitti that runs one call and adopts orphans (bwrap's, see `bwrap_init`): once
 /// its bwrap is dead, whatever is left below it is that call's.
 pub fn kill_tree_below_this_process() {
-    unsafe { kill_tree(libc::getpid(), true) };
+    unsafe { kill_tree(libc::getpid(), None, true) };
 }
 
 /// Kills `pid` if it is an orphaned sandbox init: this process's child (adopted, as a
@@ -1109,9 +1109,10 @@ pub fn kill_orphaned_init(pid: libc::pid_t) {
 
 /// Kills every process below the supervisor `supervisor` that chitti sees (one round of
 /// [`kill_descendants`], from outside): chitti's help when the supervisor is slow to end
-/// its tree. The supervisor itself is left alone.
-pub fn kill_tree_below(supervisor: libc::pid_t) {
-    unsafe { kill_tree(supervisor, false) };
+/// its tree. The supervisor itself is left alone. Its number is trusted only while its
+/// `pidfd` shows it unreaped: a round can outlast chitti's wait for it.
+pub fn kill_tree_below(supervisor: libc::pid_t, pidfd: OwnedFd) {
+    unsafe { kill_tree(supervisor, Some(pidfd), false) };
 }
 
 /// One round of [`kill_descendants`]: kills every process in the tree under `own` that the
@@ -1120,9 +1121,10 @@ pub fn kill_tree_below(supervisor: libc::pid_t) {
 /// listing, could otherwise name another process by the time the signal goes, had the
 /// parent reaped it meanwhile), but for the children of `own` when `own` is this process
 /// (`reaped_here`): no one else reaps them, so their numbers stay theirs until it waits
-/// for them.
-unsafe fn kill_tree(own: libc::pid_t, reaped_here: bool) -> bool {
-    let mut queue: Vec<(libc::pid_t, Option<OwnedFd>)> = vec![(own, None)];
+/// for them. `own_pidfd` (where `own` is another process) tells whether `own`'s listing
+/// was its own: it is trusted only if `own` is unreaped after it was read.
+unsafe fn kill_tree(own: libc::pid_t, own_pidfd: Option<OwnedFd>, reaped_here: bool) -> bool {
+    let mut queue: Vec<(libc::pid_t, Option<OwnedFd>)> = vec![(own, own_pidfd)];
     let mut any = false;
     let mut next = 0;
     while next < queue.len() {
@@ -1364,11 +1366,25 @@ mod tests {
             let _ = root.kill();
         }
         assert!(started, "the tree did not start");
-        kill_tree_below(root.id() as libc::pid_t);
+        let root_pid = root.id() as libc::pid_t;
+        let pidfd_of = |pid| open_pidfd(pid).unwrap();
+        // A pidfd that shows the process named by that number reaped (here: another one,
+        // as when the number was taken since): the listing under it is not trusted.
+        let mut other = std::process::Command::new("true").spawn().unwrap();
+        let reaped = pidfd_of(other.id() as libc::pid_t);
+        other.wait().unwrap();
+        kill_tree_below(root_pid, reaped);
+        std::thread::sleep(std::time::Duration::from_millis(200));
+        let spared = sleepers();
+        kill_tree_below(root_pid, pidfd_of(root_pid));
         let gone = until(&|| sleepers() == 0);
         let root_alive = root.try_wait().unwrap().is_none();
         let _ = root.kill();
         let _ = root.wait();
+        assert_eq!(
+            spared, 2,
+            "processes were killed under a number no longer trusted"
+        );
         assert!(gone, "{} sleepers left below the process", sleepers());
         assert!(root_alive, "the process itself was killed");
     }
