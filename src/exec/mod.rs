@@ -651,14 +651,13 @@ async fn follow(
         end_unconfirmed = stop(&mut running, to_come).await? == Stopped::GaveUp;
     }
     // bwrap killed between its clone and its child's `PR_SET_PDEATHSIG` (a cancellation as
-    // the sandbox starts) leaves that child, the sandbox's init, running the command:
-    // adopted by chitti, a child subreaper. The after-call work that knows its number
-    // kills it; a process that runs this one call also kills all it has below it then (a
-    // test caught the command running on).
-    if !matches!(ended, Ended::Exited) {
-        for work in &mut after {
-            work.sandbox_stopped();
-        }
+    // the sandbox starts, or a kill from outside) leaves that child, the sandbox's init,
+    // running the command: adopted by chitti, a child subreaper. The after-call work that
+    // knows its number kills it, however the call ended; a process that runs this one
+    // call also kills all it has below it when the call was stopped (a test caught the
+    // command running on).
+    for work in &mut after {
+        work.sandbox_ended();
     }
     #[cfg(target_os = "linux")]
     if !matches!(ended, Ended::Exited)
@@ -913,6 +912,10 @@ async fn wait(running: &mut Running) -> Result<(), SandboxError> {
         #[cfg(target_os = "linux")]
         Running::Direct(child) => {
             readable(&child.pidfd).await?;
+            // However bwrap ended (killed from outside too), its child may still be in its
+            // process group, in set-up: the group is killed while bwrap's zombie keeps its
+            // number from being reused.
+            child.kill();
             child
                 .reap()
                 .map_err(|e| SandboxError::Unavailable(format!("waiting for bwrap: {e}")))?;
@@ -1351,9 +1354,49 @@ mod tests {
     /// A session's call, cancelled once the command runs, must still end it all and return.
     #[test]
     fn a_call_stopped_while_bwrap_s_init_is_unbound_leaves_nothing_running() {
+        let outcome = with_bwrap_s_init_held_unbound(|_| async {});
+        if let Some(outcome) = outcome {
+            assert!(outcome.cancelled, "{outcome:?}");
+        }
+    }
+
+    /// The same gap, bwrap killed from outside (the OOM killer, a user's `kill`): the call
+    /// ends as bwrap did, and its init goes with it.
+    #[test]
+    fn a_bwrap_killed_from_outside_while_its_init_is_unbound_leaves_nothing_running() {
+        let outcome = with_bwrap_s_init_held_unbound(|fifo| async move {
+            let needle = fifo.into_os_string().into_encoded_bytes();
+            // bwrap itself, not its child (the same command line, in a namespace of its own).
+            let bwrap = running_with(&needle)
+                .into_iter()
+                .find(|pid| {
+                    let status = std::fs::read_to_string(format!("/proc/{pid}/status"));
+                    status.is_ok_and(|s| {
+                        s.lines()
+                            .find_map(|l| l.strip_prefix("NSpid:"))
+                            .is_some_and(|ids| ids.split_whitespace().count() == 1)
+                    })
+                })
+                .expect("bwrap runs");
+            unsafe { libc::kill(bwrap, libc::SIGKILL) };
+            std::future::pending::<()>().await;
+        });
+        if let Some(outcome) = outcome {
+            assert!(!outcome.cancelled && !outcome.timed_out, "{outcome:?}");
+        }
+    }
+
+    /// Runs a session's bwrap call of `sleep` whose init is held between leaving bwrap's
+    /// process group and binding its life to bwrap's; once the command runs, `then` (given
+    /// the FIFO's path) runs, and the call is cancelled when it resolves. Checks from
+    /// outside that the call returned and left nothing running; `None` (said loudly) where
+    /// bwrap cannot run.
+    fn with_bwrap_s_init_held_unbound<F: Future<Output = ()>>(
+        then: impl FnOnce(std::path::PathBuf) -> F,
+    ) -> Option<Outcome> {
         if let Some(why) = Capabilities::get().bwrap_static_blocker() {
             eprintln!("SKIP: {why}");
-            return;
+            return None;
         }
         let fx = Fixture::new();
         let fifo = fx.ws.join("held");
@@ -1377,10 +1420,12 @@ mod tests {
             ["--lock-file".into(), fifo.clone().into_os_string()],
         );
         let started = fx.ws.join("started");
+        let then = then(fifo.clone());
         let cancel = async {
             while !started.exists() {
                 tokio::time::sleep(Duration::from_millis(10)).await;
             }
+            then.await;
         };
         let output = Output::Capture { max_bytes: 64 };
         let rt = runtime();
@@ -1394,7 +1439,7 @@ mod tests {
             );
             tokio::time::timeout(Duration::from_secs(60), call).await
         });
-        let left = running_with(&mark);
+        let left = running_with(mark.as_bytes());
         // Whatever is left goes before the runtime, whose pipe readers wait for it.
         for &pid in &left {
             unsafe { libc::kill(pid, libc::SIGKILL) };
@@ -1408,19 +1453,19 @@ mod tests {
         let outcome = outcome
             .expect("the call did not return: its pipes were held open")
             .unwrap();
-        assert!(outcome.cancelled, "{outcome:?}");
         assert!(left.is_empty(), "the command outlived its call: {left:?}");
+        Some(outcome)
     }
 
     /// The processes whose command line holds `mark`, seen from outside.
-    fn running_with(mark: &str) -> Vec<libc::pid_t> {
+    fn running_with(mark: &[u8]) -> Vec<libc::pid_t> {
         let mut found = Vec::new();
         for entry in std::fs::read_dir("/proc").unwrap().flatten() {
             let Some(pid) = entry.file_name().to_str().and_then(|n| n.parse().ok()) else {
                 continue;
             };
             let cmdline = std::fs::read(entry.path().join("cmdline")).unwrap_or_default();
-            if String::from_utf8_lossy(&cmdline).contains(mark) {
+            if cmdline.windows(mark.len()).any(|w| w == mark) {
                 found.push(pid);
             }
         }

@@ -258,9 +258,10 @@ pub trait AfterCall: Send {
     /// started: called on chitti's copy once a forked supervisor has its own, and once the
     /// command has started.
     fn disarm(&mut self) {}
-    /// The call was stopped (timed out, cancelled) and its sandbox process is dead: the
-    /// moment to end what that left behind, before the call's pipes are read to their end.
-    fn sandbox_stopped(&mut self) {}
+    /// The sandbox's own process is dead, however it ended (by itself, stopped, killed
+    /// from outside): the moment to end what it left behind, before the call's pipes are
+    /// read to their end.
+    fn sandbox_ended(&mut self) {}
 }
 
 /// The environment of the sandboxed command: the policy's allow-list, the private

@@ -143,7 +143,9 @@ pub fn repair_line(who: &str, repair: &str) -> String {
             "[the {who} changed a protected path and chitti could NOT put it back: {failure}. \
              Tell the user; git must not be run there until they have checked it]"
         ),
-        None => format!("[the {who} changed a protected path; chitti restored it: {repair}]"),
+        // Not "restored" for every line: some say what could not be, and why that is safe
+        // (a path deleted with its directory).
+        None => format!("[the {who} changed a protected path; chitti: {repair}]"),
     }
 }
 

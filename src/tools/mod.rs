@@ -1248,7 +1248,11 @@ mod tests {
         assert!(!fx.ws.join("subgd/config").exists(), "{}", r.text);
         let restored = r.content["protected_paths_restored"].to_string();
         assert!(restored.contains("subgd/config"), "{}", r.content);
-        assert!(r.text.contains("chitti restored it"), "{}", r.text);
+        assert!(
+            r.text.contains("changed a protected path; chitti: "),
+            "{}",
+            r.text
+        );
     }
 
     #[test]

@@ -32,7 +32,7 @@ pub fn adopt_orphans() {
 /// Reads bwrap's status descriptor after the call and reaps the child it names.
 pub struct ReapBwrapInit {
     status: std::fs::File,
-    /// The child bwrap named, once read (see [`AfterCall::sandbox_stopped`]).
+    /// The child bwrap named, once read (see [`AfterCall::sandbox_ended`]).
     named: Option<Option<libc::pid_t>>,
 }
 
@@ -58,12 +58,14 @@ impl AfterCall for ReapBwrapInit {
     }
 
     /// bwrap's child leaves bwrap's process group (`--new-session`) before it binds its
-    /// life to bwrap's (`PR_SET_PDEATHSIG`, in the PID namespace's init): bwrap stopped in
-    /// between, as a call is cancelled while its sandbox starts, leaves that init running
-    /// the command, adopted by chitti, and the call's pipes open for as long as it runs.
-    /// Its number is on the status descriptor by then (bwrap writes it before it lets the
-    /// child go on), so it is killed here, and the PID namespace with it.
-    fn sandbox_stopped(&mut self) {
+    /// life to bwrap's (`PR_SET_PDEATHSIG`, in the PID namespace's init): bwrap ended in
+    /// between (a call cancelled while its sandbox starts, bwrap killed from outside)
+    /// leaves that init running the command, adopted by chitti, and the call's pipes open
+    /// for as long as it runs. Its number is on the status descriptor by then (bwrap
+    /// writes it before it lets the child go on), so it is killed here, and the PID
+    /// namespace with it. (Before it leaves the group, killing the group gets it.) Where
+    /// bwrap ended as usual the init is dying already.
+    fn sandbox_ended(&mut self) {
         if let Some(pid) = self.named() {
             super::supervisor::kill_orphaned_init(pid);
         }
