@@ -514,6 +514,85 @@ async fn client_cancellation_kills_the_command_tree() {
     assert!(!server.fx.ws("late").exists());
 }
 
+/// A call the client cancels gets no answer (the protocol's rule, which rmcp keeps). Where
+/// its sandbox failed a promise meanwhile (here: a nested repository whose `.git`, made
+/// during the call, leads outside the writable roots), the next answer says so, once.
+async fn a_cancelled_call_s_broken_promise_is_told_with_the_next_answer(backend: &str) {
+    ensure_backend(backend);
+    let fx = Fixture::new();
+    fx.init_repo("start");
+    let outside = fx.outside.join("repo");
+    std::fs::create_dir_all(&outside).unwrap();
+    for args in [
+        &["init", "-q"][..],
+        &["commit", "-q", "--allow-empty", "-m", "outside"][..],
+    ] {
+        let out = common::host_git(&outside, &fx.home, args);
+        assert!(out.status.success(), "{out:?}");
+    }
+    let server = Server::start_in(fx, &["--backend", backend]).await;
+    let secs = unique_sleep();
+    let _reaper = SleepReaper(secs.clone());
+    let command = format!(
+        "mkdir sub && echo 'gitdir: {}/.git' > sub/.git && git add sub && touch added && \
+         sleep {secs}",
+        outside.display()
+    );
+    // Boxed, so that dropping it really drops the request.
+    let mut call = Box::pin(server.client.call_tool(Server::request(
+        "execute_bash",
+        json!({ "command": command }),
+    )));
+    let added = server.fx.ws("added");
+    let running = tokio::select! {
+        r = &mut call => panic!("the call finished before it was cancelled: {r:?}"),
+        seen = eventually(Duration::from_secs(20), || {
+            added.exists() && !sleepers(&secs).is_empty()
+        }) => seen,
+    };
+    assert!(running, "the command never got to its sleep");
+    drop(call);
+    // The cancelled call's clean-up (and so its checks) may still be under way.
+    let mut told = None;
+    for _ in 0..100 {
+        let r = server.bash("true").await;
+        if r.structured.get("earlier_calls").is_some() {
+            told = Some(r);
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let told = told.expect("no later answer told of the cancelled call's broken promise");
+    assert!(
+        told.text.contains("was cancelled, so it got no answer"),
+        "{told:?}"
+    );
+    let earlier = told.structured["earlier_calls"].to_string();
+    assert!(
+        earlier.contains("NOT REPAIRED") && earlier.contains("outside the writable roots"),
+        "{told:?}"
+    );
+    // The later call's own result is there too (what it says of the repository is its own).
+    assert_eq!(told.structured["exit_code"], 0, "{told:?}");
+    let again = server.bash("true").await;
+    assert!(
+        again.structured.get("earlier_calls").is_none(),
+        "told twice: {again:?}"
+    );
+}
+
+#[cfg(target_os = "linux")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bwrap_tells_a_cancelled_call_s_broken_promise_with_the_next_answer() {
+    a_cancelled_call_s_broken_promise_is_told_with_the_next_answer("bwrap").await;
+}
+
+#[cfg(target_os = "linux")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn landlock_tells_a_cancelled_call_s_broken_promise_with_the_next_answer() {
+    a_cancelled_call_s_broken_promise_is_told_with_the_next_answer("landlock").await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn server_shutdown_kills_running_commands() {
     let server = Server::start(&[]).await;

@@ -224,6 +224,19 @@ impl ToolResult {
         }
     }
 
+    /// Whether this is the result of a call whose sandbox failed a promise (see
+    /// [`ToolResult::failed`]): a protected path left changed, an end not confirmed.
+    pub fn broke_a_promise(&self) -> bool {
+        let unrepaired = self.content["protected_paths_restored"]
+            .as_array()
+            .is_some_and(|lines| {
+                lines
+                    .iter()
+                    .any(|l| l.as_str().is_some_and(crate::sandbox::is_unrepaired))
+            });
+        !self.ok && (unrepaired || self.content["end_unconfirmed"] == true)
+    }
+
     pub fn error(message: impl Into<String>) -> ToolResult {
         let message = message.into();
         ToolResult {
