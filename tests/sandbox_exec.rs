@@ -96,6 +96,7 @@ on_both_backends!(
     // 9. --json
     json_reports_every_field,
     sigterm_to_chitti_is_143_and_cancelled,
+    other_catchable_fatal_signals_stop_the_call_in_order,
     json_keeps_head_and_tail_of_large_output,
     json_keeps_unicode,
     // 10-12. other processes and the terminal
@@ -1662,24 +1663,52 @@ fn bad_flag_is_125(backend: &str) {
 /// Stopped by SIGTERM, chitti kills the tree and exits 128+15 like a shell would, and
 /// `--json` says the call was cancelled.
 fn sigterm_to_chitti_is_143_and_cancelled(backend: &str) {
+    stopped_by(backend, libc::SIGTERM);
+}
+
+/// The other signals whose default action would kill chitti on the spot (a terminal's
+/// Ctrl-\ among them) stop the call in the same order: chitti must not die before the
+/// sandbox does (bwrap, dying with it while it sets a sandbox up, would leave that running).
+fn other_catchable_fatal_signals_stop_the_call_in_order(backend: &str) {
+    for signal in [libc::SIGQUIT, libc::SIGUSR1, libc::SIGUSR2, libc::SIGALRM] {
+        stopped_by(backend, signal);
+    }
+}
+
+/// chitti, stopped by `signal` while its command runs, kills the tree and exits 128+N.
+fn stopped_by(backend: &str, signal: libc::c_int) {
     let fx = Fixture::new();
+    let secs = unique_sleep();
+    let _reaper = SleepReaper(secs.clone());
     let child = fx
         .chitti(backend)
         .opt("--json")
-        .command(&["sh", "-c", "touch ready; sleep 30; touch late"])
+        .command(&[
+            "sh",
+            "-c",
+            &format!("touch ready; sleep {secs}; touch late"),
+        ])
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
         .spawn()
         .expect("spawn chitti");
     let ready = wait_until(30 * SECOND, || fx.ws("ready").exists());
-    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    unsafe { libc::kill(child.id() as i32, signal) };
     let out = child.wait_with_output().unwrap();
     assert!(ready, "the command never started");
-    assert_eq!(out.status.code(), Some(143), "{out:?}");
+    assert_eq!(
+        out.status.code(),
+        Some(128 + signal),
+        "signal {signal}: {out:?}"
+    );
     let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(json["cancelled"], true, "{json}");
-    assert_eq!(json["exit_code"], 143, "{json}");
+    assert_eq!(json["exit_code"], 128 + signal, "{json}");
     assert!(!fx.ws("late").exists());
+    assert!(
+        sleepers(&secs).is_empty(),
+        "signal {signal}: the sandboxed `sleep {secs}` outlived the call"
+    );
 }
 
 /// The same, with SIGTERM sent as soon as chitti has a child (bwrap, or the supervisor):

@@ -273,8 +273,8 @@ pub(crate) fn outcome_json(outcome: &Outcome, profile: &str) -> serde_json::Valu
     })
 }
 
-/// Resolves on SIGINT, SIGTERM or SIGHUP, so that chitti can tear the sandbox down and
-/// restore protected paths before it exits.
+/// Resolves on any of [`TERMINATION_SIGNALS`], so that chitti can tear the sandbox down
+/// and restore protected paths before it exits.
 pub(crate) async fn termination_signal() {
     use tokio::signal::unix::{signal, SignalKind};
     // One that arrived while held back is taken here, at once, rather than through tokio's
@@ -286,22 +286,38 @@ pub(crate) async fn termination_signal() {
         let _ = termination_signals().thread_unblock();
         return;
     }
-    let (Ok(mut int), Ok(mut term), Ok(mut hup)) = (
-        signal(SignalKind::interrupt()),
-        signal(SignalKind::terminate()),
-        signal(SignalKind::hangup()),
-    ) else {
+    let listening: Result<Vec<_>, _> = TERMINATION_SIGNALS
+        .iter()
+        .map(|&n| signal(SignalKind::from_raw(n)).map(|s| (n, s)))
+        .collect();
+    let Ok(mut listening) = listening else {
         return std::future::pending().await;
     };
     // Listened for now: one held back meanwhile is delivered here.
     let _ = termination_signals().thread_unblock();
-    let signal = tokio::select! {
-        _ = int.recv() => libc::SIGINT,
-        _ = term.recv() => libc::SIGTERM,
-        _ = hup.recv() => libc::SIGHUP,
-    };
+    let arrivals = listening.iter_mut().map(|(n, stream)| {
+        Box::pin(async move {
+            stream.recv().await;
+            *n
+        })
+    });
+    let (signal, _, _) = futures::future::select_all(arrivals).await;
     RECEIVED_SIGNAL.store(signal, std::sync::atomic::Ordering::Relaxed);
 }
+
+/// The signals that stop a call in order (chitti then exits 128+N): the usual three, and
+/// the others whose default action would kill chitti on the spot (a terminal's Ctrl-\ is
+/// SIGQUIT), where bwrap, dying with chitti as it sets a sandbox up, would leave that
+/// sandbox's init running (README, known limits). SIGKILL cannot be caught.
+const TERMINATION_SIGNALS: [libc::c_int; 7] = [
+    libc::SIGINT,
+    libc::SIGTERM,
+    libc::SIGHUP,
+    libc::SIGQUIT,
+    libc::SIGUSR1,
+    libc::SIGUSR2,
+    libc::SIGALRM,
+];
 
 /// A termination signal held back (pending) for this thread or the process, taken without
 /// waiting; `None` when there is none.
@@ -320,13 +336,13 @@ fn take_pending_termination_signal() -> Option<i32> {
 fn termination_signals() -> nix::sys::signal::SigSet {
     use nix::sys::signal::{SigSet, Signal};
     let mut set = SigSet::empty();
-    for signal in [Signal::SIGINT, Signal::SIGTERM, Signal::SIGHUP] {
-        set.add(signal);
+    for signal in TERMINATION_SIGNALS {
+        set.add(Signal::try_from(signal).expect("a signal of this platform"));
     }
     set
 }
 
-/// Holds SIGINT, SIGTERM and SIGHUP back while a call is set up and its command started,
+/// Holds [`TERMINATION_SIGNALS`] back while a call is set up and its command started,
 /// until [`termination_signal`] listens for them (the runtime is built only once the
 /// command runs). One arriving in between would otherwise kill chitti with the default
 /// action: the supervisor (or bwrap) would still end the command, but chitti would not

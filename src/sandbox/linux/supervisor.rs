@@ -651,6 +651,8 @@ unsafe fn supervisor_main(
     close_all_but(&mut kept);
 
     // Terminal signals do not concern the supervisor: chitti decides, through the lifeline.
+    // Nor do the others chitti takes as a request to stop (its handlers, inherited from a
+    // session's runtime, must never run here).
     libc::setpgid(0, 0);
     for sig in [
         libc::SIGINT,
@@ -659,6 +661,9 @@ unsafe fn supervisor_main(
         libc::SIGHUP,
         libc::SIGPIPE,
         libc::SIGTSTP,
+        libc::SIGUSR1,
+        libc::SIGUSR2,
+        libc::SIGALRM,
     ] {
         libc::signal(sig, libc::SIG_IGN);
     }
