@@ -1212,6 +1212,45 @@ fn closing_stdin_kills_running_commands() {
     );
 }
 
+/// A server stopped by a signal kills its running command and exits 128+N, as `sandbox
+/// exec` does; Ctrl-\ (SIGQUIT) and the user signals stop it in the same order.
+#[test]
+fn a_signal_stops_the_server_in_order_with_128_plus_n() {
+    use std::io::Write;
+    for signal in [libc::SIGTERM, libc::SIGQUIT, libc::SIGUSR1] {
+        let fx = Fixture::new();
+        let secs = unique_sleep();
+        let _reaper = SleepReaper(secs.clone());
+        let mut server = raw_server(&fx, Stdio::null());
+        let mut stdin = server.stdin.take().unwrap();
+        let call = json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {
+            "name": "execute_bash", "arguments": {"command": format!("sleep {secs}")}}});
+        for message in handshake().into_iter().chain([call]) {
+            writeln!(stdin, "{message}").unwrap();
+        }
+        let started = wait_until(Duration::from_secs(10), || !sleepers(&secs).is_empty());
+        unsafe { libc::kill(server.id() as i32, signal) };
+        let exited = wait_until(Duration::from_secs(20), || {
+            server.try_wait().unwrap().is_some()
+        });
+        if !exited {
+            let _ = server.kill();
+        }
+        let status = server.wait().unwrap();
+        assert!(started, "the command never started");
+        assert!(exited, "signal {signal}: the server did not exit");
+        assert_eq!(
+            status.code(),
+            Some(128 + signal),
+            "signal {signal}: {status:?}"
+        );
+        assert!(
+            sleepers(&secs).is_empty(),
+            "signal {signal}: the command outlived the server"
+        );
+    }
+}
+
 /// A request rmcp cannot parse still gets the right JSON-RPC error: invalid params
 /// (-32602) saying what is wrong for a malformed `tools/call`, method not found (-32601)
 /// for an unknown method. Spoken raw, since a typed client cannot send either.

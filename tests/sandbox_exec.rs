@@ -97,6 +97,7 @@ on_both_backends!(
     json_reports_every_field,
     sigterm_to_chitti_is_143_and_cancelled,
     other_catchable_fatal_signals_stop_the_call_in_order,
+    two_pending_stop_signals_stop_the_call_in_order,
     json_keeps_head_and_tail_of_large_output,
     json_keeps_unicode,
     // 10-12. other processes and the terminal
@@ -1672,6 +1673,61 @@ fn sigterm_to_chitti_is_143_and_cancelled(backend: &str) {
 fn other_catchable_fatal_signals_stop_the_call_in_order(backend: &str) {
     for signal in [libc::SIGQUIT, libc::SIGUSR1, libc::SIGUSR2, libc::SIGALRM] {
         stopped_by(backend, signal);
+    }
+}
+
+/// Two stop signals pending as chitti starts (blocked and raised by its parent, so that
+/// they wait across exec): chitti takes one, and the other must not kill it with its
+/// default action while the call is torn down.
+fn two_pending_stop_signals_stop_the_call_in_order(backend: &str) {
+    use std::os::unix::process::CommandExt;
+    for (first, second) in [
+        (libc::SIGUSR1, libc::SIGUSR2),
+        (libc::SIGINT, libc::SIGTERM),
+    ] {
+        let fx = Fixture::new();
+        let secs = unique_sleep();
+        let _reaper = SleepReaper(secs.clone());
+        let mut command = fx.chitti(backend).opt("--json").command(&[
+            "sh",
+            "-c",
+            &format!("sleep {secs}; touch late"),
+        ]);
+        // SAFETY: only async-signal-safe calls between fork and exec.
+        unsafe {
+            command.pre_exec(move || {
+                let mut set: libc::sigset_t = std::mem::zeroed();
+                libc::sigemptyset(&mut set);
+                libc::sigaddset(&mut set, first);
+                libc::sigaddset(&mut set, second);
+                libc::sigprocmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
+                libc::kill(libc::getpid(), first);
+                libc::kill(libc::getpid(), second);
+                Ok(())
+            });
+        }
+        let child = command
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("spawn chitti");
+        let mut child = child;
+        let stopped = wait_until(30 * SECOND, || child.try_wait().unwrap().is_some());
+        if !stopped {
+            let _ = child.kill();
+        }
+        let out = child.wait_with_output().unwrap();
+        assert!(stopped, "chitti did not stop within 30 s");
+        assert_eq!(
+            out.status.code(),
+            Some(128 + first),
+            "signals {first} and {second}: {out:?}"
+        );
+        assert!(!fx.ws("late").exists());
+        assert!(
+            sleepers(&secs).is_empty(),
+            "the sandboxed `sleep {secs}` outlived the call"
+        );
     }
 }
 

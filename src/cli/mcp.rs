@@ -1,6 +1,6 @@
 //! `chitti mcp`: the sandboxed tools served over MCP on stdio.
 
-use super::sandbox_exec::{setup, termination_signal};
+use super::sandbox_exec::{setup, termination_signal, RECEIVED_SIGNAL};
 use super::{report_error, McpArgs};
 use crate::policy::Overrides;
 use crate::sandbox::BackendChoice;
@@ -57,7 +57,11 @@ pub fn run(args: McpArgs) -> i32 {
     // A blocking stdin read (when stdin is not a pipe) must not hold the exit up.
     runtime.shutdown_background();
     match served {
-        Ok(()) => 0,
+        // Stopped by a signal: 128+N, as `sandbox exec` and a shell say it.
+        Ok(()) => match RECEIVED_SIGNAL.load(std::sync::atomic::Ordering::Relaxed) {
+            0 => 0,
+            signal => 128 + signal,
+        },
         Err(e) => {
             report_error(&e);
             1

@@ -280,10 +280,12 @@ pub(crate) async fn termination_signal() {
     // One that arrived while held back is taken here, at once, rather than through tokio's
     // handler, pipe and driver (a signal pending at the unblock below was seen lost on that
     // way, rarely: chitti then went on as if never told to stop).
+    // The others stay held back from then on: chitti is stopping, and no handler listens
+    // for them on this way, so a second one unblocked would kill chitti with its default
+    // action before the sandbox is down (a review saw bwrap's sandbox left running).
     #[cfg(target_os = "linux")]
     if let Some(signal) = take_pending_termination_signal() {
         RECEIVED_SIGNAL.store(signal, std::sync::atomic::Ordering::Relaxed);
-        let _ = termination_signals().thread_unblock();
         return;
     }
     let listening: Result<Vec<_>, _> = TERMINATION_SIGNALS
@@ -354,7 +356,8 @@ fn hold_termination_signals() {
 }
 
 /// The signal that stopped the call, so that chitti exits 128+N for it like a shell.
-static RECEIVED_SIGNAL: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32::new(0);
+pub(crate) static RECEIVED_SIGNAL: std::sync::atomic::AtomicI32 =
+    std::sync::atomic::AtomicI32::new(0);
 
 #[cfg(test)]
 mod tests {
