@@ -12,15 +12,15 @@ use rmcp::model::{
     CallToolRequestMethod, CallToolRequestParams, CallToolResponse, CallToolResult, ConstString,
     ContentBlock, CustomRequest, CustomResult, ErrorCode, ErrorData, Implementation,
     InitializeRequestParams, InitializeResultMethod, ListToolsRequestMethod, ListToolsResult,
-    PaginatedRequestParams, RequestId, ServerCapabilities, ServerConfig, Tool as WireTool,
-    ToolAnnotations,
+    PaginatedRequestParams, ServerCapabilities, ServerConfig, Tool as WireTool, ToolAnnotations,
 };
 use rmcp::service::{RequestContext, RoleServer};
 use rmcp::ServerHandler;
-use serde_json::Value;
+use serde_json::{json, Value};
 use tokio::sync::{RwLock, Semaphore};
 use tokio_util::sync::CancellationToken;
 
+use super::untold::{Report, Untold};
 use crate::tools::{Tool, ToolDefinition, ToolResult, Toolbox};
 
 /// Serves one toolbox to one MCP client.
@@ -38,9 +38,8 @@ pub struct McpTools {
     /// Calls running at once; the rest wait their turn (a client sending hundreds at once
     /// gets them run, not hundreds of sandboxes).
     running: Arc<Semaphore>,
-    /// What cancelled calls' sandboxes failed to keep (see [`McpTools::keep_unanswered`]),
-    /// told with the next call's result.
-    unanswered: Arc<std::sync::Mutex<Vec<Value>>>,
+    /// What cancelled calls' sandboxes failed to keep, told with a later answer.
+    untold: Arc<Untold>,
 }
 
 /// How many calls one server runs at once.
@@ -77,44 +76,21 @@ impl McpTools {
             shutdown: CancellationToken::new(),
             in_flight: Arc::new(RwLock::new(())),
             running: Arc::new(Semaphore::new(MAX_CALLS_AT_ONCE)),
-            unanswered: Arc::default(),
+            untold: Arc::default(),
         }
     }
 
-    /// A call the client cancelled gets no answer: rmcp drops it, as the protocol has it. Where its sandbox failed a promise meanwhile (a
-    /// protected path it could not put back, an end it cannot confirm), that must still
-    /// reach someone: it is said on stderr at once, and with the next call's result.
-    fn keep_unanswered(&self, id: RequestId, result: &ToolResult) {
-        let error = result.content["error"].as_str().unwrap_or_default();
-        eprintln!(
-            "chitti mcp: call {id} was cancelled and is not answered, but its sandbox failed \
-             a promise: {error}\n{}",
-            result.text.trim_end()
-        );
-        let told = serde_json::json!({"request_id": id, "result": result.content});
-        self.unanswered.lock().unwrap().push(told);
-    }
-
-    /// `result` with what earlier calls, cancelled, could not say (see
-    /// [`McpTools::keep_unanswered`]): in its text first, and as `earlier_calls`.
-    fn with_unanswered(&self, mut result: ToolResult) -> ToolResult {
-        let earlier = std::mem::take(&mut *self.unanswered.lock().unwrap());
+    /// `result` with what earlier calls, cancelled, could not say: in its text first, and
+    /// as `earlier_calls`.
+    fn with_earlier(mut result: ToolResult, earlier: &[Report]) -> ToolResult {
         if earlier.is_empty() {
             return result;
         }
-        let mut text = String::new();
-        for call in &earlier {
-            text.push_str(&format!(
-                "[an earlier call (request {}) was cancelled, so it got no answer, but its \
-                 sandbox failed a promise: {}. Tell the user. What it reported: {}]\n",
-                call["request_id"],
-                call["result"]["error"].as_str().unwrap_or_default(),
-                call["result"]["protected_paths_restored"]
-            ));
-        }
-        result.text = text + &result.text;
+        let lines: String = earlier.iter().map(Report::line).collect();
+        result.text = lines + &result.text;
         if let Some(fields) = result.content.as_object_mut() {
-            fields.insert("earlier_calls".into(), Value::Array(earlier));
+            let values = earlier.iter().map(Report::value).collect();
+            fields.insert("earlier_calls".into(), Value::Array(values));
         }
         result
     }
@@ -246,23 +222,25 @@ impl ServerHandler for McpTools {
         let args = request.arguments.map_or(Value::Null, Value::Object);
         let cancelled = context.ct.clone();
         let result = self.call(tool, args, context.ct).await;
-        if result.broke_a_promise() && self.shutdown.is_cancelled() {
-            // The client may be gone: stderr is what is left.
+        // Said as it happens, whatever becomes of the answer: a cancelled call gets none,
+        // and the client of a server shutting down may be gone.
+        if result.broke_a_promise() {
             eprintln!(
-                "chitti mcp: call {} ended as the server shut down, and its sandbox failed a \
-                 promise:\n{}",
+                "chitti mcp: call {}: its sandbox failed a promise: {}",
                 context.id,
-                result.text.trim_end()
+                result.content["error"].as_str().unwrap_or_default()
             );
         }
         if cancelled.is_cancelled() {
-            // Not sent (rmcp drops it): what it must say waits for the next answer.
+            // Not sent (rmcp drops it): its report goes with the next answer.
             if result.broke_a_promise() {
-                self.keep_unanswered(context.id, &result);
+                let report = Report::new(json!(context.id), result.content.clone());
+                self.untold.queue(report);
             }
             return Ok(wire_result(result).into());
         }
-        Ok(wire_result(self.with_unanswered(result)).into())
+        let result = Self::with_earlier(result, &self.untold.take());
+        Ok(wire_result(result).into())
     }
 
     fn get_tool(&self, name: &str) -> Option<WireTool> {

@@ -13,6 +13,7 @@
 mod bad_input;
 mod eof;
 mod handler;
+mod untold;
 
 use std::future::Future;
 use std::time::Duration;
