@@ -650,9 +650,10 @@ async fn follow(
         let to_come = matches!(ended, Ended::TimedOut).then(|| cancel.as_mut());
         end_unconfirmed = stop(&mut running, to_come).await? == Stopped::GaveUp;
     }
-    // bwrap killed between its clone and its child's `PR_SET_PDEATHSIG` (a cancellation as
-    // the sandbox starts, or a kill from outside) leaves that child, the sandbox's init,
-    // running the command: adopted by chitti, a child subreaper. The after-call work that
+    // bwrap killed after its child left its process group and before that child set
+    // `PR_SET_PDEATHSIG` (a cancellation as the sandbox starts, or a kill from outside)
+    // leaves that child, the sandbox's init, running the command: adopted by chitti, a
+    // child subreaper. The after-call work that
     // knows its number kills it, however the call ended; a process that runs this one
     // call also kills all it has below it when the call was stopped (a test caught the
     // command running on).
