@@ -1370,13 +1370,9 @@ mod tests {
             // bwrap itself, not its child (the same command line, in a namespace of its own).
             let bwrap = running_with(&needle)
                 .into_iter()
-                .find(|pid| {
-                    let status = std::fs::read_to_string(format!("/proc/{pid}/status"));
-                    status.is_ok_and(|s| {
-                        s.lines()
-                            .find_map(|l| l.strip_prefix("NSpid:"))
-                            .is_some_and(|ids| ids.split_whitespace().count() == 1)
-                    })
+                .find(|&pid| {
+                    crate::sandbox::linux::supervisor::parent_and_namespace_pids(pid)
+                        .is_some_and(|(_, ids)| ids.len() == 1)
                 })
                 .expect("bwrap runs");
             unsafe { libc::kill(bwrap, libc::SIGKILL) };

@@ -224,7 +224,8 @@ impl ServerHandler for McpTools {
         let result = self.call(tool, args, context.ct).await;
         // Said as it happens, whatever becomes of the answer: a cancelled call gets none,
         // and the client of a server shutting down may be gone.
-        if result.broke_a_promise() {
+        let broke_a_promise = result.broke_a_promise();
+        if broke_a_promise {
             eprintln!(
                 "chitti mcp: call {}: its sandbox failed a promise: {}",
                 context.id,
@@ -233,7 +234,7 @@ impl ServerHandler for McpTools {
         }
         if cancelled.is_cancelled() {
             // Not sent (rmcp drops it): its report goes with the next answer.
-            if result.broke_a_promise() {
+            if broke_a_promise {
                 let report = Report::new(json!(context.id), result.content.clone());
                 self.untold.queue(report);
             }

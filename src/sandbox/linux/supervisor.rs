@@ -1090,26 +1090,33 @@ pub fn kill_orphaned_init(pid: libc::pid_t) {
         return;
     };
     // Once it is this process's child its number is its own until this process reaps it.
-    if parent_of(pid) != Some(unsafe { libc::getpid() }) {
+    let Some((parent, ids)) = parent_and_namespace_pids(pid) else {
         return;
+    };
+    if parent == unsafe { libc::getpid() } && ids.len() > 1 && ids.last() == Some(&1) {
+        signal_through(&pidfd, libc::SIGKILL);
     }
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-    let inner_pids = status.lines().find_map(|l| l.strip_prefix("NSpid:"));
-    let namespace_init = inner_pids.is_some_and(|pids| {
-        let pids: Vec<&str> = pids.split_whitespace().collect();
-        pids.len() > 1 && pids.last() == Some(&"1")
-    });
-    if namespace_init {
-        unsafe {
-            libc::syscall(
-                libc::SYS_pidfd_send_signal,
-                pidfd.as_raw_fd(),
-                libc::SIGKILL,
-                0,
-                0,
-            )
-        };
-    }
+}
+
+/// A process's parent, and its number in each PID namespace it is in, outermost first
+/// (`PPid` and `NSpid` of its /proc status, read once).
+pub(crate) fn parent_and_namespace_pids(
+    pid: libc::pid_t,
+) -> Option<(libc::pid_t, Vec<libc::pid_t>)> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let field = |name: &str| status.lines().find_map(|l| l.strip_prefix(name));
+    let parent = field("PPid:")?.trim().parse().ok()?;
+    let ids = field("NSpid:")?
+        .split_whitespace()
+        .map(str::parse)
+        .collect::<Result<_, _>>()
+        .ok()?;
+    Some((parent, ids))
+}
+
+/// Sends `signal` (0: none, only the check) to the process `pidfd` names; whether it went.
+fn signal_through(pidfd: &OwnedFd, signal: libc::c_int) -> bool {
+    unsafe { libc::syscall(libc::SYS_pidfd_send_signal, pidfd.as_raw_fd(), signal, 0, 0) == 0 }
 }
 
 /// Kills every process below the supervisor `supervisor` that chitti sees (one round of
@@ -1167,13 +1174,7 @@ unsafe fn kill_tree(own: libc::pid_t, own_pidfd: Option<OwnedFd>, reaped_here: b
             // when it dies, for the next round.
             match pidfd {
                 Some(fd) => {
-                    libc::syscall(
-                        libc::SYS_pidfd_send_signal,
-                        fd.as_raw_fd(),
-                        libc::SIGKILL,
-                        0,
-                        0,
-                    );
+                    signal_through(fd, libc::SIGKILL);
                 }
                 None => {
                     libc::kill(*pid, libc::SIGKILL);
@@ -1191,7 +1192,7 @@ unsafe fn kill_tree(own: libc::pid_t, own_pidfd: Option<OwnedFd>, reaped_here: b
 /// Whether the process a pidfd names has not been reaped yet (a zombie has not): until it
 /// is, no other process can have its number.
 unsafe fn unreaped(pidfd: &OwnedFd) -> bool {
-    libc::syscall(libc::SYS_pidfd_send_signal, pidfd.as_raw_fd(), 0, 0, 0) == 0
+    signal_through(pidfd, 0)
 }
 
 /// The children of every thread of `pid`.
