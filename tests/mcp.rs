@@ -8,8 +8,8 @@ use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use common::{
-    chitti_bin, ensure_backend, marker, read, sleepers, unique_sleep, wait_until, write, Fixture,
-    SleepReaper, PATH,
+    chitti_bin, ensure_backend, exited_within, marker, read, sleepers, unique_sleep, wait_until,
+    write, Fixture, SleepReaper, PATH,
 };
 use rmcp::model::{CallToolRequestParams, CallToolResult};
 use rmcp::service::{RoleClient, RunningService, ServiceError};
@@ -1166,6 +1166,25 @@ fn raw_server(fx: &Fixture, stdout: Stdio) -> std::process::Child {
         .expect("start chitti mcp")
 }
 
+/// A raw server whose one call (id 2) runs `command` with `execute_bash`, and its stdin;
+/// whether `sleep {secs}` was seen running within 10 s.
+fn raw_server_running(
+    fx: &Fixture,
+    command: &str,
+    secs: &str,
+) -> (std::process::Child, std::process::ChildStdin, bool) {
+    use std::io::Write;
+    let mut server = raw_server(fx, Stdio::null());
+    let mut stdin = server.stdin.take().unwrap();
+    let call = json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {
+        "name": "execute_bash", "arguments": {"command": command}}});
+    for message in handshake().into_iter().chain([call]) {
+        writeln!(stdin, "{message}").unwrap();
+    }
+    let started = wait_until(Duration::from_secs(10), || !sleepers(secs).is_empty());
+    (server, stdin, started)
+}
+
 /// What a raw client sends first: `initialize` (id 1), then `notifications/initialized`.
 fn handshake() -> [Value; 2] {
     [
@@ -1180,26 +1199,14 @@ fn handshake() -> [Value; 2] {
 /// to finish while the session winds down (rmcp waits up to 5 s for calls in flight).
 #[test]
 fn closing_stdin_kills_running_commands() {
-    use std::io::Write;
     let fx = Fixture::new();
     // Long enough to be caught running, short enough to finish inside rmcp's 5 s wait.
     let secs = format!("3.{}", &unique_sleep()[1..]);
     let _reaper = SleepReaper(secs.clone());
-    let mut server = raw_server(&fx, Stdio::null());
-    let mut stdin = server.stdin.take().unwrap();
-    let call = json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {
-        "name": "execute_bash", "arguments": {"command": format!("sleep {secs}; echo > late")}}});
-    for message in handshake().into_iter().chain([call]) {
-        writeln!(stdin, "{message}").unwrap();
-    }
-    let started = wait_until(Duration::from_secs(10), || !sleepers(&secs).is_empty());
+    let command = format!("sleep {secs}; echo > late");
+    let (server, stdin, started) = raw_server_running(&fx, &command, &secs);
     drop(stdin);
-    let exited = wait_until(Duration::from_secs(15), || {
-        server.try_wait().unwrap().is_some()
-    });
-    if !exited {
-        let _ = server.kill();
-    }
+    let (exited, _) = exited_within(server, Duration::from_secs(15));
     assert!(started, "the command never started");
     assert!(exited, "the server did not exit after its stdin closed");
     assert!(
@@ -1216,27 +1223,15 @@ fn closing_stdin_kills_running_commands() {
 /// exec` does; Ctrl-\ (SIGQUIT) and the user signals stop it in the same order.
 #[test]
 fn a_signal_stops_the_server_in_order_with_128_plus_n() {
-    use std::io::Write;
     for signal in [libc::SIGTERM, libc::SIGQUIT, libc::SIGUSR1] {
         let fx = Fixture::new();
         let secs = unique_sleep();
         let _reaper = SleepReaper(secs.clone());
-        let mut server = raw_server(&fx, Stdio::null());
-        let mut stdin = server.stdin.take().unwrap();
-        let call = json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {
-            "name": "execute_bash", "arguments": {"command": format!("sleep {secs}")}}});
-        for message in handshake().into_iter().chain([call]) {
-            writeln!(stdin, "{message}").unwrap();
-        }
-        let started = wait_until(Duration::from_secs(10), || !sleepers(&secs).is_empty());
+        // Its stdin kept open: closed, it would stop the server by itself.
+        let (server, _stdin, started) = raw_server_running(&fx, &format!("sleep {secs}"), &secs);
         unsafe { libc::kill(server.id() as i32, signal) };
-        let exited = wait_until(Duration::from_secs(20), || {
-            server.try_wait().unwrap().is_some()
-        });
-        if !exited {
-            let _ = server.kill();
-        }
-        let status = server.wait().unwrap();
+        let (exited, out) = exited_within(server, Duration::from_secs(20));
+        let status = out.status;
         assert!(started, "the command never started");
         assert!(exited, "signal {signal}: the server did not exit");
         assert_eq!(

@@ -1711,12 +1711,7 @@ fn two_pending_stop_signals_stop_the_call_in_order(backend: &str) {
             .stderr(Stdio::null())
             .spawn()
             .expect("spawn chitti");
-        let mut child = child;
-        let stopped = wait_until(30 * SECOND, || child.try_wait().unwrap().is_some());
-        if !stopped {
-            let _ = child.kill();
-        }
-        let out = child.wait_with_output().unwrap();
+        let (stopped, out) = exited_within(child, 30 * SECOND);
         assert!(stopped, "chitti did not stop within 30 s");
         assert_eq!(
             out.status.code(),
@@ -1797,12 +1792,7 @@ fn sigterm_early_in_a_call_is_143_and_cancelled(backend: &str) {
         };
         unsafe { libc::kill(pid as i32, libc::SIGTERM) };
         // Bounded: a signal chitti lost would otherwise hang the suite.
-        let mut child = child;
-        let stopped = wait_until(30 * SECOND, || child.try_wait().unwrap().is_some());
-        if !stopped {
-            let _ = child.kill();
-        }
-        let out = child.wait_with_output().unwrap();
+        let (stopped, out) = exited_within(child, 30 * SECOND);
         assert!(stopped, "chitti did not stop within 30 s of SIGTERM");
         assert!(forked, "chitti never started a child");
         assert_eq!(out.status.code(), Some(143), "{out:?}");

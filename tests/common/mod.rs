@@ -337,6 +337,19 @@ pub fn find_in_path(program: &str) -> Option<PathBuf> {
 }
 
 /// Polls `cond` every 20 ms until it holds or `limit` passes; returns whether it held.
+/// Waits at most `limit` for `child` to exit, and kills it if it has not (a test must
+/// neither leave it behind nor hang on it): whether it exited by itself, and its output.
+pub fn exited_within(
+    mut child: std::process::Child,
+    limit: Duration,
+) -> (bool, std::process::Output) {
+    let exited = wait_until(limit, || child.try_wait().unwrap().is_some());
+    if !exited {
+        let _ = child.kill();
+    }
+    (exited, child.wait_with_output().unwrap())
+}
+
 pub fn wait_until(limit: Duration, mut cond: impl FnMut() -> bool) -> bool {
     let deadline = Instant::now() + limit;
     loop {
