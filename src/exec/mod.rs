@@ -653,10 +653,9 @@ async fn follow(
     // bwrap killed after its child left its process group and before that child set
     // `PR_SET_PDEATHSIG` (a cancellation as the sandbox starts, or a kill from outside)
     // leaves that child, the sandbox's init, running the command: adopted by chitti, a
-    // child subreaper. The after-call work that
-    // knows its number kills it, however the call ended; a process that runs this one
-    // call also kills all it has below it when the call was stopped (a test caught the
-    // command running on).
+    // child subreaper. The after-call work that knows its number kills it, however the
+    // call ended; a process that runs this one call also kills all it has below it when
+    // the call was stopped (a test caught the command running on).
     for work in &mut after {
         work.sandbox_ended();
     }
@@ -1900,11 +1899,7 @@ mod tests {
 
     /// Whether a process runs `sleep ARG`.
     fn sleep_runs(arg: &str) -> bool {
-        let wanted = format!("sleep\0{arg}\0");
-        std::fs::read_dir("/proc").unwrap().flatten().any(|entry| {
-            std::fs::read(entry.path().join("cmdline"))
-                .is_ok_and(|cmdline| cmdline == wanted.as_bytes())
-        })
+        !running_with(format!("sleep\0{arg}\0").as_bytes()).is_empty()
     }
 
     /// The supervisor cuts its checks short by itself at its budget (a little before chitti
