@@ -414,15 +414,14 @@ impl Toolbox {
             // review planted a hook the host's next `git commit` ran): the protected
             // paths are recorded before the write and put back after it, as for a call.
             #[cfg(target_os = "linux")]
-            let checks = match crate::sandbox::protected_paths_kept(&policy) {
+            let mut checks = match crate::sandbox::protected_paths_kept(&policy) {
                 Ok(checks) => checks,
                 Err(e) => {
                     return ToolResult::error(format!("{} did not write anything: {e}", T::NAME))
                 }
             };
             #[cfg(not(target_os = "linux"))]
-            let checks = crate::sandbox::nested_repo_checks(&policy);
-            let mut checks = checks;
+            let mut checks = crate::sandbox::nested_repo_checks(&policy);
             // Dropped unrun (a panic), they leave their records for the next call to repair.
             for check in &mut checks {
                 check.disarm();
