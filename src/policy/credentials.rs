@@ -162,7 +162,7 @@ pub const ROOT_ONLY: &[&str] = &[
 pub fn builtin(home: &Path, chitti_dirs: &[PathBuf]) -> Vec<PathBuf> {
     let mut out = Vec::with_capacity(HOME_CREDENTIALS.len() + chitti_dirs.len());
     for entry in HOME_CREDENTIALS {
-        expand_into(&home.join(entry), &mut out);
+        expand_into(&super::joined(home, entry), &mut out);
     }
     out.extend(chitti_dirs.iter().cloned());
     out
@@ -184,7 +184,7 @@ pub fn links_within(dir: &Path, home: &Path) -> Vec<PathBuf> {
                 return;
             }
             budget -= 1;
-            let path = at.join(name);
+            let path = super::joined(&at, name);
             match kind {
                 // The link itself, which the search follows name by name as it follows
                 // any location: a link on the way in a workspace, or one leading nowhere
@@ -214,11 +214,11 @@ pub fn expand_into(pattern: &Path, out: &mut Vec<PathBuf>) {
     let parent = pattern.parent().unwrap_or(Path::new("/"));
     // Keep the bare prefix too: if it is created later it must still be covered where the
     // backend can cover a missing path.
-    out.push(parent.join(prefix));
+    out.push(super::joined(parent, prefix));
     let listed = crate::dir_entries::for_each_entry(parent, |file_name, _| {
         let candidate = file_name.to_string_lossy();
         if candidate.starts_with(prefix) && candidate != prefix {
-            out.push(parent.join(file_name));
+            out.push(super::joined(parent, file_name));
         }
     });
     // A directory that is there but cannot be listed (mode --x) may hold matches nobody

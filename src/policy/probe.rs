@@ -87,9 +87,9 @@ impl<'a> Prober<'a> {
 
     /// `path` as named, beneath the canonical home.
     fn lexical(&self, path: &Path) -> PathBuf {
-        match path.strip_prefix(self.home) {
-            Ok(rest) => self.canonical_home.join(rest),
-            Err(_) => path.to_path_buf(),
+        match super::relative_to(path, self.home) {
+            Some(rest) => super::joined(self.canonical_home, rest),
+            None => path.to_path_buf(),
         }
     }
 
@@ -98,7 +98,7 @@ impl<'a> Prober<'a> {
     /// repository, which a writable root must then not hold either).
     /// Also whether a link lies on the way (one that leads nowhere included).
     fn place(&mut self, path: &Path) -> (PathBuf, bool) {
-        let Ok(rest) = path.strip_prefix(self.home) else {
+        let Some(rest) = super::relative_to(path, self.home) else {
             let placed = super::canonical_or_lexical(path);
             let through_link = placed != path;
             return (placed, through_link);
@@ -107,23 +107,23 @@ impl<'a> Prober<'a> {
         let first = rest.components().next();
         if let (Some(Component::Normal(first)), Some(entries)) = (first, self.home_entries()) {
             if !entries.may_hold(first) {
-                return (self.canonical_home.join(rest), false);
+                return (super::joined(self.canonical_home, rest), false);
             }
         }
         let mut dir = path.parent();
         let mut through_link = false;
-        while let Some(d) = dir.filter(|d| *d != self.home && d.starts_with(self.home)) {
+        while let Some(d) = dir.filter(|d| *d != self.home && super::lies_within(d, self.home)) {
             let resolved = self.existing_dir(d);
             through_link |= self.links.contains(d);
             if let Some(resolved) = resolved {
-                let below = path.strip_prefix(d).unwrap_or(path);
-                let placed = resolved.join(below);
+                let below = super::relative_to(path, d).unwrap_or(path);
+                let placed = super::joined(&resolved, below);
                 through_link |= placed != self.lexical(path);
                 return (placed, through_link);
             }
             dir = d.parent();
         }
-        (self.canonical_home.join(rest), through_link)
+        (super::joined(self.canonical_home, rest), through_link)
     }
 
     /// The canonical path of `dir` (under the home) if it exists: its parent's and its
@@ -140,8 +140,8 @@ impl<'a> Prober<'a> {
                 canonicalize(dir).ok()
             }
             Ok(_) => match (dir.parent(), dir.file_name()) {
-                (Some(parent), Some(name)) if parent.starts_with(self.home) => {
-                    self.existing_dir(parent).map(|p| p.join(name))
+                (Some(parent), Some(name)) if super::lies_within(parent, self.home) => {
+                    self.existing_dir(parent).map(|p| super::joined(&p, name))
                 }
                 _ => canonicalize(dir).ok(),
             },
@@ -160,7 +160,7 @@ impl<'a> Prober<'a> {
     /// [`Self::probe`] for what exists; for what does not, whether that is because a
     /// directory on its way is closed to the caller.
     fn look(&mut self, path: &Path) -> Result<Found, bool> {
-        let under_home = path.strip_prefix(self.home).ok();
+        let under_home = super::relative_to(path, self.home);
         if let Some(Component::Normal(first)) = under_home.and_then(|r| r.components().next()) {
             if let Some(entries) = self.home_entries() {
                 if !entries.may_hold(first) {
@@ -175,7 +175,9 @@ impl<'a> Prober<'a> {
         // the sandbox profile must name.
         let joined = cfg!(target_os = "linux") && !meta.is_symlink();
         let resolved = match (joined, path.parent(), path.file_name()) {
-            (true, Some(parent), Some(name)) => self.resolved_dir(parent).map(|p| p.join(name)),
+            (true, Some(parent), Some(name)) => {
+                self.resolved_dir(parent).map(|p| super::joined(p, name))
+            }
             _ => None,
         }
         .or_else(|| canonicalize(path).ok());
@@ -241,9 +243,11 @@ impl HomeListing {
     /// filesystem's idea of case.
     fn may_hold(&self, name: &std::ffi::OsStr) -> bool {
         use std::os::unix::ffi::OsStrExt;
+        // Compared as folded, without making a folded copy of `name`.
+        let folded_name = || name.as_bytes().iter().map(u8::to_ascii_lowercase);
         if self
             .folded
-            .binary_search(&name.to_ascii_lowercase())
+            .binary_search_by(|entry| entry.as_bytes().iter().copied().cmp(folded_name()))
             .is_ok()
         {
             return true;
