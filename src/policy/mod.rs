@@ -987,14 +987,22 @@ mod tests {
         "/a/b/c/..",
     ];
 
+    /// `lies_within` and `relative_to` answer as `Path::starts_with` and
+    /// `Path::strip_prefix` do, for every pair of spellings.
     #[test]
-    fn lies_within_answers_like_path_starts_with() {
+    fn byte_comparisons_answer_like_path_s_own() {
         for p in LIKE_PATHS {
             for d in LIKE_PATHS {
+                let (path, dir) = (Path::new(p), Path::new(d));
                 assert_eq!(
-                    lies_within(Path::new(p), Path::new(d)),
-                    Path::new(p).starts_with(d),
+                    lies_within(path, dir),
+                    path.starts_with(dir),
                     "{p:?} within {d:?}"
+                );
+                assert_eq!(
+                    relative_to(path, dir),
+                    path.strip_prefix(dir).ok(),
+                    "{p:?} relative to {d:?}"
                 );
             }
         }
@@ -1018,19 +1026,6 @@ mod tests {
             }
         }
         assert!(plain_absolute(b"/a/b..c/.d/..") && !plain_absolute(b"/a/b/."));
-    }
-
-    #[test]
-    fn relative_to_answers_like_path_strip_prefix() {
-        for p in LIKE_PATHS {
-            for d in LIKE_PATHS {
-                assert_eq!(
-                    relative_to(Path::new(p), Path::new(d)),
-                    Path::new(p).strip_prefix(d).ok(),
-                    "{p:?} relative to {d:?}"
-                );
-            }
-        }
     }
 
     #[test]
