@@ -1008,6 +1008,42 @@ mod tests {
         }
     }
 
+    /// Every spelling of up to five bytes from `/`, `.` and `a`, each against each.
+    #[test]
+    fn byte_comparisons_answer_like_path_s_own_for_every_short_spelling() {
+        let mut spellings = vec![String::new()];
+        let mut last = vec![String::new()];
+        for _ in 0..5 {
+            last = last
+                .iter()
+                .flat_map(|s| ["/", ".", "a"].map(|c| format!("{s}{c}")))
+                .collect();
+            spellings.extend(last.iter().cloned());
+        }
+        for p in &spellings {
+            let path = Path::new(p);
+            assert_eq!(
+                as_components(path),
+                path.components().collect::<PathBuf>(),
+                "{p:?}"
+            );
+            for d in &spellings {
+                let dir = Path::new(d);
+                assert_eq!(
+                    lies_within(path, dir),
+                    path.starts_with(dir),
+                    "{p:?} within {d:?}"
+                );
+                assert_eq!(
+                    relative_to(path, dir),
+                    path.strip_prefix(dir).ok(),
+                    "{p:?} - {d:?}"
+                );
+                assert_eq!(joined(path, dir), path.join(dir), "{p:?} joined with {d:?}");
+            }
+        }
+    }
+
     #[test]
     fn shortcuts_answer_like_components() {
         for p in LIKE_PATHS {
