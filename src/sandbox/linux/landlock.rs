@@ -485,20 +485,8 @@ pub fn kernel_abi() -> Result<i32, String> {
             .lines()
             .any(|l| l.starts_with("Seccomp:") && l.trim_end().ends_with('2'))
     });
-    let too_old = nix::sys::utsname::uname()
-        .ok()
-        .and_then(|u| older_than_5_13(&u.release().to_string_lossy()))
-        .unwrap_or(false);
+    let too_old = super::kernel_older_than((5, 13)).unwrap_or(false);
     Err(blocker_for(error, lsm_lists_landlock, filtered, too_old))
-}
-
-/// Whether a kernel release (`6.1.0-18-amd64`) is older than 5.13, the first with
-/// Landlock; None if it cannot be read.
-fn older_than_5_13(release: &str) -> Option<bool> {
-    let mut parts = release.split(|c: char| !c.is_ascii_digit());
-    let major: u32 = parts.next()?.parse().ok()?;
-    let minor: u32 = parts.next()?.parse().ok()?;
-    Some((major, minor) < (5, 13))
 }
 
 /// Why `landlock_create_ruleset` failed with `error`, in words. A kernel older than 5.13
@@ -565,10 +553,19 @@ mod tests {
             old_kernel.contains("this kernel has no Landlock"),
             "{old_kernel}"
         );
-        assert_eq!(older_than_5_13("5.10.0-28-amd64"), Some(true));
-        assert_eq!(older_than_5_13("5.13.0"), Some(false));
-        assert_eq!(older_than_5_13("6.18.1"), Some(false));
-        assert_eq!(older_than_5_13("weird"), None);
+        assert_eq!(
+            super::super::release_older_than("5.10.0-28-amd64", (5, 13)),
+            Some(true)
+        );
+        assert_eq!(
+            super::super::release_older_than("5.13.0", (5, 13)),
+            Some(false)
+        );
+        assert_eq!(
+            super::super::release_older_than("6.18.1", (5, 13)),
+            Some(false)
+        );
+        assert_eq!(super::super::release_older_than("weird", (5, 13)), None);
         for (e, lsm, filtered) in [
             (libc::EPERM, false, true),
             (libc::EPERM, false, false),

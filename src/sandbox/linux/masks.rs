@@ -363,15 +363,13 @@ mod tests {
             }
             None => eprintln!("SKIP: this kernel (before 6.8) cannot list its LSMs"),
         }
-        let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
-        let mut version = kernel.trim().split(['.', '-']).map(|n| n.parse::<u32>());
-        if let (Some(Ok(major)), Some(Ok(minor))) = (version.next(), version.next()) {
-            if (major, minor) >= (6, 8) && unsafe { libc::prctl(libc::PR_GET_SECCOMP) } == 0 {
-                assert!(
-                    label_lsm_active().is_some(),
-                    "Linux {major}.{minor} lists its LSMs"
-                );
-            }
+        if super::super::kernel_older_than((6, 8)) == Some(false)
+            && unsafe { libc::prctl(libc::PR_GET_SECCOMP) } == 0
+        {
+            assert!(
+                label_lsm_active().is_some(),
+                "Linux 6.8 or newer lists its LSMs"
+            );
         }
     }
 

@@ -29,6 +29,22 @@ use super::{
 use crate::policy::{CredentialSearch, Policy};
 use crate::sandbox::rlimits::Rlimits;
 
+/// Whether a kernel release (`6.1.0-18-amd64`) is older than `version` (major, minor);
+/// None if it cannot be read.
+fn release_older_than(release: &str, version: (u32, u32)) -> Option<bool> {
+    let mut parts = release.split(|c: char| !c.is_ascii_digit());
+    let major: u32 = parts.next()?.parse().ok()?;
+    let minor: u32 = parts.next()?.parse().ok()?;
+    Some((major, minor) < version)
+}
+
+/// Whether the running kernel is older than `version` (major, minor); None if its release
+/// cannot be read.
+fn kernel_older_than(version: (u32, u32)) -> Option<bool> {
+    let uname = nix::sys::utsname::uname().ok()?;
+    release_older_than(&uname.release().to_string_lossy(), version)
+}
+
 fn pipe() -> Result<(OwnedFd, OwnedFd), SandboxError> {
     nix::unistd::pipe2(OFlag::O_CLOEXEC)
         .map_err(|e| SandboxError::Unavailable(format!("cannot create a pipe: {e}")))
