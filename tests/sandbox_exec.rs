@@ -73,6 +73,7 @@ on_both_backends!(
     capabilities_are_dropped,
     // 7. lifetime
     daemonized_process_dies_with_the_command,
+    mount_namespace_goes_away_after_the_call,
     timeout_kills_the_whole_tree,
     sigkill_of_chitti_kills_the_sandbox,
     sigterm_early_in_a_call_is_143_and_cancelled,
@@ -1091,6 +1092,46 @@ fn daemonized_process_dies_with_the_command(backend: &str) {
         wait_until(5 * SECOND, || sleepers(&secs).is_empty()),
         "processes outlived the call: {:?}\n{ran}",
         sleepers(&secs)
+    );
+}
+
+/// The call's mount namespace (bwrap's, or the one a root Landlock call makes for its
+/// masks) does not outlive the call by more than the kernel's own cleanup: a root Landlock
+/// call leaves its namespace's teardown to a kernel worker after chitti exits (see
+/// `sandbox::linux::namespace_release`), which must still happen.
+fn mount_namespace_goes_away_after_the_call(backend: &str) {
+    let fx = Fixture::new();
+    let secs = unique_sleep();
+    let _reaper = SleepReaper(secs.clone());
+    let command = format!("sleep {secs} & touch ready; {WAIT_FOR_RELEASE}");
+    // Looked up while the call runs, so that "gone" below cannot mean "never visible".
+    let seen = while_running(&fx, backend, &["sh", "-c", &command], || {
+        let pid = *sleepers(&secs)
+            .first()
+            .expect("the sandboxed sleep is not running");
+        mount_namespace_of(pid).map(|(id, other)| (id, other, mount_namespace_exists(id)))
+    });
+    let Some((id, other, visible)) = seen else {
+        eprintln!("SKIP: this kernel cannot name a mount namespace by ID (Linux 6.11)");
+        return;
+    };
+    if !other {
+        eprintln!(
+            "note: this call made no mount namespace (a user's Landlock call): nothing to see"
+        );
+        return;
+    }
+    if !matches!(visible, Ok(true)) {
+        eprintln!("SKIP: this user cannot list the call's mount namespace by ID: {visible:?}");
+        return;
+    }
+    assert!(
+        wait_until(10 * SECOND, || matches!(
+            mount_namespace_exists(id),
+            Ok(false)
+        )),
+        "the call's mount namespace is still there 10 s after the call: {:?}",
+        mount_namespace_exists(id)
     );
 }
 

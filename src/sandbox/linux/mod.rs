@@ -8,6 +8,7 @@ pub mod direct;
 pub mod early_bwrap;
 pub mod landlock;
 pub mod masks;
+pub mod namespace_release;
 pub mod root_dirs;
 pub mod seccomp;
 pub mod supervisor;

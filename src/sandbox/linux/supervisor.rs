@@ -425,6 +425,8 @@ fn spawn_here(
     // every rule is in: it waits for the byte written below, and fails on end of file,
     // which is all it gets if a rule cannot be added or chitti dies meanwhile.
     let mut rules_added = Ok(());
+    // Whether this process moved into the masks' namespace for good (`MasksMadeBy::Chitti`).
+    let mut in_own_namespace = false;
     if let (Some((go_read, go_write)), Some(restrictions)) = (go, spec.restrictions.as_ref()) {
         drop(go_read);
         super::cpu::move_to_another_cpu(pid);
@@ -451,6 +453,7 @@ fn spawn_here(
                     && unsafe { Masks::enter() }.is_ok()
             });
         }
+        in_own_namespace = entered.is_some() && spec.masks_made_by == MasksMadeBy::Chitti;
         rules_added = match (entered, &late_masks, &chitti_pidfd) {
             (Some(_), _, _) => send(JOIN_CHITTI),
             (None, None, Some(_)) => send(MAKE_OWN),
@@ -489,14 +492,19 @@ fn spawn_here(
     // command runs. Every page written here before blocking is a copy-on-write fault the
     // supervisor waits behind.
     drop(started_write);
-    drop(chitti_pidfd);
     let started = match wait_for_start {
         Some(limit) => {
             wait_readable(&started_read, limit);
+            // This process is idle while the command runs on the other CPU: time to have
+            // the namespace torn down after it exits, rather than in its exit.
+            if in_own_namespace {
+                super::namespace_release::at_exit(chitti_pidfd.as_ref().map(|fd| fd.as_fd()));
+            }
             None
         }
         None => Some(started_read),
     };
+    drop(chitti_pidfd);
     drop(lifeline_read);
     drop(status_write);
     drop(ended_write);
