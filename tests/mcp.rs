@@ -1149,6 +1149,72 @@ async fn the_threads_that_make_the_calls_namespaces_end_with_their_calls() {
     );
 }
 
+/// A root call's mount namespace, made by the server's masks thread and joined by the
+/// command, is held past the command by a ring the call keeps until it is over (see
+/// `sandbox::linux::namespace_release`): once the call has returned, the kernel tears the
+/// namespace down. A ring the server kept would leave one namespace behind per call.
+#[cfg(target_os = "linux")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_s_mount_namespace_goes_away_after_the_call() {
+    if !chitti::sandbox::credentials_can_wait(chitti::sandbox::Backend::Landlock, true) {
+        eprintln!(
+            "SKIP: a call's namespace is made on a thread of the server's only when run by \
+             root on Linux 6.9 or later"
+        );
+        return;
+    }
+    ensure_backend("landlock");
+    let server = Server::start(&["--backend", "landlock"]).await;
+    let secs = common::unique_sleep();
+    let _reaper = common::SleepReaper(secs.clone());
+    let release = server.fx.ws.join("release");
+    let command = format!(
+        "sleep {secs} & i=0; while [ ! -e release ] && [ $i -lt 600 ]; do sleep 0.05; \
+         i=$((i+1)); done; echo released"
+    );
+    let call = server.bash(&command);
+    let look = async {
+        let since = Instant::now();
+        let pid = loop {
+            if let Some(pid) = common::sleepers(&secs).first() {
+                break *pid;
+            }
+            assert!(
+                since.elapsed() < Duration::from_secs(30),
+                "the call's sleep never ran"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        };
+        let seen = common::mount_namespace_of(pid)
+            .map(|(id, other)| (id, other, common::mount_namespace_exists(id)));
+        std::fs::write(&release, "").unwrap();
+        seen
+    };
+    let (called, seen) = tokio::join!(call, look);
+    assert!(called.text.contains("released"), "{called:?}");
+    let Some((id, other, visible)) = seen else {
+        eprintln!("SKIP: this kernel cannot name a mount namespace by ID (Linux 6.11)");
+        return;
+    };
+    assert!(
+        other,
+        "a root call's command runs in the server's own mount namespace"
+    );
+    assert!(
+        matches!(visible, Ok(true)),
+        "cannot list the call's namespace: {visible:?}"
+    );
+    let since = Instant::now();
+    while !matches!(common::mount_namespace_exists(id), Ok(false)) {
+        assert!(
+            since.elapsed() < Duration::from_secs(10),
+            "the call's mount namespace is still there 10 s after the call: {:?}",
+            common::mount_namespace_exists(id)
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
 /// `chitti mcp` started for a client that speaks the protocol itself (raw JSON lines on
 /// its stdin), with `stdout` as its standard output.
 fn raw_server(fx: &Fixture, stdout: Stdio) -> std::process::Child {

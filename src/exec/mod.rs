@@ -449,6 +449,8 @@ fn start_with(
                 wait_for_start,
             )
             .map_err(|e| SandboxError::Unavailable(format!("cannot start the sandbox: {e}")))?;
+            // Kept until the call is over, then released (see `namespace_release`).
+            call.held.push(Box::new(sup.namespace_holder));
             leader = None;
             Running::Supervised {
                 pid: sup.pid,

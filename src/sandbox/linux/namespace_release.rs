@@ -34,20 +34,25 @@ pub fn at_exit(own_pidfd: Option<BorrowedFd>) -> bool {
     if RING.get().is_some() {
         return false;
     }
-    let Some(namespace) = current_namespace(own_pidfd) else {
-        return false;
-    };
-    match ring_holding(&namespace) {
+    match ring_holding_own(own_pidfd) {
         Some(ring) => RING.set(ring).is_ok(),
         None => false,
     }
 }
 
+/// A ring holding the calling thread's mount namespace: once the ring is closed, the
+/// kernel drops that hold from a worker of its own. A session's masks thread, whose
+/// namespace the command has joined, leaves one to its call, closed when the call is over
+/// (the last process in the namespace would otherwise tear it down in its exit).
+pub fn ring_holding_own(own_pidfd: Option<BorrowedFd>) -> Option<OwnedFd> {
+    ring_holding(&current_namespace(own_pidfd)?)
+}
+
 /// `PIDFD_GET_MNT_NAMESPACE`, `_IO(0xFF, 3)` (Linux 6.11).
 const PIDFD_GET_MNT_NAMESPACE: u32 = 0xFF03;
 
-/// The calling thread's mount namespace as a file: from the pidfd (the main thread's,
-/// which is the calling one here), else from /proc.
+/// The calling thread's mount namespace as a file: from the pidfd (the main thread's:
+/// pass one only from the main thread), else from /proc.
 fn current_namespace(own_pidfd: Option<BorrowedFd>) -> Option<OwnedFd> {
     if let Some(pidfd) = own_pidfd {
         // SAFETY: the ioctl takes no argument and returns a new descriptor or -1.

@@ -186,7 +186,13 @@ pub struct Supervised {
     /// At EOF once the command has been started (it has exec'd, or failed to); `None`
     /// when [`spawn`] already waited for that.
     pub started: Option<OwnedFd>,
+    /// Where a session's masks thread leaves what holds the call's namespace once the
+    /// command runs (see `namespace_release`): keep it until the call is over.
+    pub namespace_holder: NamespaceHolder,
 }
+
+/// What a masks thread leaves holding its call's namespace (see [`Supervised`]).
+pub type NamespaceHolder = std::sync::Arc<std::sync::OnceLock<OwnedFd>>;
 
 /// The command's stdio: `None` keeps chitti's own descriptor.
 pub struct ChildStdio {
@@ -231,9 +237,18 @@ pub fn spawn(
             }),
             Err(_) => None,
         };
+        let holder = spawned.as_ref().ok().map(|s| s.namespace_holder.clone());
         let _ = send.send(spawned);
         if let Some(started) = started {
             wait_readable(&started, OWN_THREAD_WAITS_FOR_START);
+            // The namespace is the command's now; held by a ring the caller keeps until
+            // the call is over, its teardown happens after the call, in a kernel worker,
+            // not in the command's exit, which the supervisor waits for.
+            if let Some(holder) = holder {
+                if let Some(ring) = super::namespace_release::ring_holding_own(None) {
+                    let _ = holder.set(ring);
+                }
+            }
         }
     });
     // The thread started after the last such call, if it is there; else one now.
@@ -545,6 +560,7 @@ fn spawn_here(
         status: status_read,
         ended: ended_read,
         started,
+        namespace_holder: NamespaceHolder::default(),
     })
 }
 
