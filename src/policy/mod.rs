@@ -6,7 +6,7 @@ pub mod env;
 pub mod git;
 // Only Linux has a mount table to look in; the parsing is tested everywhere.
 #[cfg_attr(not(target_os = "linux"), allow(dead_code))]
-mod mount_aliases;
+pub(crate) mod mount_aliases;
 mod probe;
 pub mod profile;
 mod workspace;

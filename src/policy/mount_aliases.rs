@@ -293,6 +293,58 @@ fn mount_id_from_proc(path: &Path) -> Result<Option<u64>, String> {
         .ok_or_else(|| format!("{}: no mount ID in /proc/self/fdinfo", path.display()))
 }
 
+/// `statmount` and `listmount` (Linux 6.8) by the unified numbers, which these
+/// architectures use; elsewhere the mount table decides.
+#[cfg(all(
+    target_os = "linux",
+    any(
+        target_arch = "x86_64",
+        target_arch = "aarch64",
+        target_arch = "riscv64"
+    )
+))]
+pub(crate) const SYS_STATMOUNT_AND_LISTMOUNT: Option<(libc::c_long, libc::c_long)> =
+    Some((457, 458));
+#[cfg(all(
+    target_os = "linux",
+    not(any(
+        target_arch = "x86_64",
+        target_arch = "aarch64",
+        target_arch = "riscv64"
+    ))
+))]
+pub(crate) const SYS_STATMOUNT_AND_LISTMOUNT: Option<(libc::c_long, libc::c_long)> = None;
+
+/// For `listmount`: the mounts reachable from the calling thread's root.
+#[cfg(target_os = "linux")]
+pub(crate) const LSMT_ROOT: u64 = u64::MAX;
+
+/// `struct mnt_id_req`, which mount `listmount` and `statmount` are asked about and in
+/// which mount namespace. Its size is Linux 6.11's; 6.8 takes it too while the namespace
+/// (6.11's field) is 0, the caller's own.
+#[cfg(target_os = "linux")]
+#[repr(C)]
+pub(crate) struct MountIdRequest {
+    size: u32,
+    spare: u32,
+    mnt_id: u64,
+    param: u64,
+    mnt_ns_id: u64,
+}
+
+#[cfg(target_os = "linux")]
+impl MountIdRequest {
+    pub(crate) fn new(mnt_id: u64, param: u64, mnt_ns_id: u64) -> MountIdRequest {
+        MountIdRequest {
+            size: std::mem::size_of::<MountIdRequest>() as u32,
+            spare: 0,
+            mnt_id,
+            param,
+            mnt_ns_id,
+        }
+    }
+}
+
 /// The device of every mount reachable from the calling thread's root, in its mount
 /// namespace, asked of the kernel mount by mount (`listmount` and `statmount`, Linux 6.8):
 /// the same list as the mount table's third fields, which every read of the table has the
@@ -302,39 +354,10 @@ fn mount_id_from_proc(path: &Path) -> Result<Option<u64>, String> {
 /// decides then.
 #[cfg(target_os = "linux")]
 fn devices_by_mount() -> Option<Vec<(u32, u32)>> {
-    // The unified numbers, which these architectures use; elsewhere the table decides.
-    #[cfg(any(
-        target_arch = "x86_64",
-        target_arch = "aarch64",
-        target_arch = "riscv64"
-    ))]
-    const SYS_STATMOUNT_AND_LISTMOUNT: Option<(libc::c_long, libc::c_long)> = Some((457, 458));
-    #[cfg(not(any(
-        target_arch = "x86_64",
-        target_arch = "aarch64",
-        target_arch = "riscv64"
-    )))]
-    const SYS_STATMOUNT_AND_LISTMOUNT: Option<(libc::c_long, libc::c_long)> = None;
     let (sys_statmount, sys_listmount) = SYS_STATMOUNT_AND_LISTMOUNT?;
-    // `struct mnt_id_req` as Linux 6.8 defined it (MNT_ID_REQ_SIZE_VER0).
-    #[repr(C)]
-    struct MountIdRequest {
-        size: u32,
-        spare: u32,
-        mnt_id: u64,
-        param: u64,
-    }
-    // The thread's root: listed are the mounts reachable from it, as in the table.
-    const LSMT_ROOT: u64 = u64::MAX;
     const STATMOUNT_SB_BASIC: u64 = 1;
-    let request = |mnt_id, param| MountIdRequest {
-        size: std::mem::size_of::<MountIdRequest>() as u32,
-        spare: 0,
-        mnt_id,
-        param,
-    };
     let mut ids = [0u64; 512];
-    let listed = request(LSMT_ROOT, 0);
+    let listed = MountIdRequest::new(LSMT_ROOT, 0, 0);
     let n = unsafe { libc::syscall(sys_listmount, &listed, ids.as_mut_ptr(), ids.len(), 0) };
     if n <= 0 || n as usize >= ids.len() {
         return None;
@@ -344,7 +367,7 @@ fn devices_by_mount() -> Option<Vec<(u32, u32)>> {
     let mut answer = [0u64; 64];
     let mut devices = Vec::with_capacity(n as usize);
     for &id in &ids[..n as usize] {
-        let asked = request(id, STATMOUNT_SB_BASIC);
+        let asked = MountIdRequest::new(id, STATMOUNT_SB_BASIC, 0);
         let size = std::mem::size_of_val(&answer);
         let r = unsafe { libc::syscall(sys_statmount, &asked, answer.as_mut_ptr(), size, 0) };
         if r != 0 || answer[1] & STATMOUNT_SB_BASIC == 0 {

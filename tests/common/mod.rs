@@ -580,50 +580,21 @@ pub fn files_containing(dir: &Path, needle: &str) -> Vec<PathBuf> {
 }
 
 /// The 64-bit ID of the mount namespace process `pid` is in, and whether that is another
-/// namespace than this process's: `None` where the kernel cannot say (`NS_GET_MNTNS_ID`,
-/// Linux 6.11) or the process is gone. The namespace is not held once this returns.
+/// namespace than this process's: `None` where the kernel cannot say (Linux 6.11) or the
+/// process is gone. The namespace is not held once this returns.
+#[cfg(target_os = "linux")]
 pub fn mount_namespace_of(pid: i32) -> Option<(u64, bool)> {
+    use std::os::fd::AsFd;
     use std::os::unix::fs::MetadataExt;
-    // _IOR(0xb7, 5, u64)
-    const NS_GET_MNTNS_ID: u32 = 0x8008_b705;
     let file = std::fs::File::open(format!("/proc/{pid}/ns/mnt")).ok()?;
     let own = std::fs::metadata("/proc/self/ns/mnt").ok()?;
     let other = file.metadata().ok()?.ino() != own.ino();
-    let mut id = 0u64;
-    // SAFETY: the kernel writes one u64.
-    let r = unsafe { libc::ioctl(file.as_raw_fd(), NS_GET_MNTNS_ID as _, &mut id) };
-    (r == 0).then_some((id, other))
+    let id = chitti::sandbox::linux::namespace_release::namespace_id(file.as_fd())?;
+    Some((id, other))
 }
 
-/// Whether the mount namespace with ID `id` exists: `listmount` (Linux 6.11 for a
-/// namespace named by ID) lists its mounts or answers ENOENT. Needs CAP_SYS_ADMIN over
-/// the namespace (root, for a root call's).
+/// Whether the mount namespace with ID `id` exists (see `namespace_release`).
+#[cfg(target_os = "linux")]
 pub fn mount_namespace_exists(id: u64) -> std::io::Result<bool> {
-    #[repr(C)]
-    struct MountIdRequest {
-        size: u32,
-        spare: u32,
-        mnt_id: u64,
-        param: u64,
-        mnt_ns_id: u64,
-    }
-    const SYS_LISTMOUNT: libc::c_long = 458;
-    let request = MountIdRequest {
-        size: std::mem::size_of::<MountIdRequest>() as u32,
-        spare: 0,
-        mnt_id: u64::MAX, // from the namespace's root
-        param: 0,
-        mnt_ns_id: id,
-    };
-    let mut ids = [0u64; 64];
-    // SAFETY: the kernel writes at most `ids.len()` IDs.
-    let n = unsafe { libc::syscall(SYS_LISTMOUNT, &request, ids.as_mut_ptr(), ids.len(), 0) };
-    if n >= 0 {
-        return Ok(true);
-    }
-    let e = std::io::Error::last_os_error();
-    match e.raw_os_error() {
-        Some(libc::ENOENT) => Ok(false),
-        _ => Err(e),
-    }
+    chitti::sandbox::linux::namespace_release::namespace_exists(id)
 }

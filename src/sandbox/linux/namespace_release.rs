@@ -94,49 +94,44 @@ fn ring_holding(file: &OwnedFd) -> Option<OwnedFd> {
     (registered == 0).then_some(ring)
 }
 
+/// The 64-bit ID of the mount namespace `namespace` (a `/proc/PID/ns/mnt` file), where the
+/// kernel can say (`NS_GET_MNTNS_ID`, Linux 6.11). For tests and diagnostics: a call does
+/// not need it.
+pub fn namespace_id(namespace: BorrowedFd) -> Option<u64> {
+    // _IOR(0xb7, 5, u64)
+    const NS_GET_MNTNS_ID: u32 = 0x8008_b705;
+    let mut id = 0u64;
+    // SAFETY: the kernel writes one u64.
+    let r = unsafe { libc::ioctl(namespace.as_raw_fd(), NS_GET_MNTNS_ID as _, &mut id) };
+    (r == 0).then_some(id)
+}
+
+/// Whether the mount namespace with ID `id` still exists: `listmount` (a namespace named
+/// by ID: Linux 6.11) lists its mounts or answers ENOENT. Needs CAP_SYS_ADMIN over the
+/// namespace's user namespace. For tests and diagnostics, as [`namespace_id`].
+pub fn namespace_exists(id: u64) -> std::io::Result<bool> {
+    use crate::policy::mount_aliases::{MountIdRequest, LSMT_ROOT, SYS_STATMOUNT_AND_LISTMOUNT};
+    let Some((_, sys_listmount)) = SYS_STATMOUNT_AND_LISTMOUNT else {
+        return Err(std::io::Error::from_raw_os_error(libc::ENOSYS));
+    };
+    let request = MountIdRequest::new(LSMT_ROOT, 0, id);
+    let mut ids = [0u64; 64];
+    // SAFETY: the kernel writes at most `ids.len()` IDs.
+    let n = unsafe { libc::syscall(sys_listmount, &request, ids.as_mut_ptr(), ids.len(), 0) };
+    if n >= 0 {
+        return Ok(true);
+    }
+    let e = std::io::Error::last_os_error();
+    match e.raw_os_error() {
+        Some(libc::ENOENT) => Ok(false),
+        _ => Err(e),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    /// `NS_GET_MNTNS_ID`, `_IOR(0xb7, 5, u64)` (Linux 6.11): a mount namespace's 64-bit ID.
-    const NS_GET_MNTNS_ID: u32 = 0x8008_b705;
-
-    fn namespace_id(namespace: &OwnedFd) -> Option<u64> {
-        let mut id = 0u64;
-        // SAFETY: the kernel writes one u64.
-        let r = unsafe { libc::ioctl(namespace.as_raw_fd(), NS_GET_MNTNS_ID as _, &mut id) };
-        (r == 0).then_some(id)
-    }
-
-    /// Whether the mount namespace `id` still exists: `listmount` (Linux 6.8; a
-    /// namespace named by ID since 6.11) finds it or answers ENOENT.
-    fn namespace_exists(id: u64) -> std::io::Result<bool> {
-        #[repr(C)]
-        struct Request {
-            size: u32,
-            spare: u32,
-            mnt_id: u64,
-            param: u64,
-            mnt_ns_id: u64,
-        }
-        let request = Request {
-            size: std::mem::size_of::<Request>() as u32,
-            spare: 0,
-            mnt_id: u64::MAX,
-            param: 0,
-            mnt_ns_id: id,
-        };
-        let mut ids = [0u64; 64];
-        // SAFETY: the kernel writes at most `ids.len()` IDs.
-        let n = unsafe {
-            libc::syscall(458, &request, ids.as_mut_ptr(), ids.len(), 0) // listmount
-        };
-        match n {
-            n if n >= 0 => Ok(true),
-            _ if std::io::Error::last_os_error().raw_os_error() == Some(libc::ENOENT) => Ok(false),
-            _ => Err(std::io::Error::last_os_error()),
-        }
-    }
+    use std::os::fd::AsFd;
 
     /// Whether this process may set up an io_uring at all (a seccomp filter or
     /// `kernel.io_uring_disabled` may refuse it).
@@ -177,7 +172,7 @@ mod tests {
                 if libc::unshare(flags) == 0 {
                     report[0] = 1;
                     if let Some(namespace) = current_namespace(None) {
-                        let id = namespace_id(&namespace).unwrap_or(0);
+                        let id = namespace_id(namespace.as_fd()).unwrap_or(0);
                         report[1..9].copy_from_slice(&id.to_ne_bytes());
                         // Left open: the exit closes it, as chitti's does.
                         let ring = ring_holding(&namespace).map(std::mem::forget);
