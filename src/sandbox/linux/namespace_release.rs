@@ -1,4 +1,4 @@
-//! Leaving the teardown of a one-shot call's masks namespace to the kernel.
+//! Leaving the teardown of a root call's masks namespace to the kernel.
 //!
 //! A root `sandbox exec` makes its masks' mount namespace in chitti's own process
 //! (`masks`, `supervisor::spawn`), so chitti's exit drops the namespace's last reference,
@@ -13,6 +13,11 @@
 //! worker of its own. That worker drops the namespace's last reference a few milliseconds
 //! after chitti has exited, and tears it down there. Nothing runs in the namespace by
 //! then (the command's processes are dead before chitti exits), and no process is left.
+//!
+//! A session's root call gets the same (`supervisor::spawn`): its namespace is made by a
+//! thread that ends once the command has joined it, so the command's exit, which the
+//! supervisor waits for, would tear it down. The thread leaves a ring holding it to the
+//! call, which keeps the ring until the call is over.
 //!
 //! Where io_uring cannot be had (a kernel before 5.1, `kernel.io_uring_disabled`, a
 //! seccomp filter that refuses it), nothing changes: the namespace goes with chitti's
