@@ -1165,8 +1165,8 @@ async fn a_call_s_mount_namespace_goes_away_after_the_call() {
     }
     ensure_backend("landlock");
     let server = Server::start(&["--backend", "landlock"]).await;
-    let secs = common::unique_sleep();
-    let _reaper = common::SleepReaper(secs.clone());
+    let secs = unique_sleep();
+    let _reaper = SleepReaper(secs.clone());
     let release = server.fx.ws.join("release");
     let command = format!(
         "sleep {secs} & i=0; while [ ! -e release ] && [ $i -lt 600 ]; do sleep 0.05; \
@@ -1174,18 +1174,15 @@ async fn a_call_s_mount_namespace_goes_away_after_the_call() {
     );
     let call = server.bash(&command);
     let look = async {
-        let since = Instant::now();
-        let pid = loop {
-            if let Some(pid) = common::sleepers(&secs).first() {
-                break *pid;
-            }
-            assert!(
-                since.elapsed() < Duration::from_secs(30),
-                "the call's sleep never ran"
-            );
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        };
-        let seen = common::mount_namespace_of(pid)
+        let mut pid = None;
+        let ran = eventually(Duration::from_secs(30), || {
+            pid = sleepers(&secs).first().copied();
+            pid.is_some()
+        })
+        .await;
+        assert!(ran, "the call's sleep never ran");
+        let seen = pid
+            .and_then(common::mount_namespace_of)
             .map(|(id, other)| (id, other, common::mount_namespace_exists(id)));
         std::fs::write(&release, "").unwrap();
         seen
@@ -1204,15 +1201,15 @@ async fn a_call_s_mount_namespace_goes_away_after_the_call() {
         matches!(visible, Ok(true)),
         "cannot list the call's namespace: {visible:?}"
     );
-    let since = Instant::now();
-    while !matches!(common::mount_namespace_exists(id), Ok(false)) {
-        assert!(
-            since.elapsed() < Duration::from_secs(10),
-            "the call's mount namespace is still there 10 s after the call: {:?}",
-            common::mount_namespace_exists(id)
-        );
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
+    let gone = eventually(Duration::from_secs(10), || {
+        matches!(common::mount_namespace_exists(id), Ok(false))
+    })
+    .await;
+    assert!(
+        gone,
+        "the call's mount namespace is still there 10 s after the call: {:?}",
+        common::mount_namespace_exists(id)
+    );
 }
 
 /// `chitti mcp` started for a client that speaks the protocol itself (raw JSON lines on

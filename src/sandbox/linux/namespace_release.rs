@@ -75,15 +75,7 @@ fn current_namespace(own_pidfd: Option<BorrowedFd>) -> Option<OwnedFd> {
 /// A new io_uring (close-on-exec, as every ring is) with `file` registered: until the
 /// ring is closed and the kernel's worker has released it, `file` stays open.
 fn ring_holding(file: &OwnedFd) -> Option<OwnedFd> {
-    // `struct io_uring_params` (120 bytes): all zero asks for nothing special.
-    let mut params = [0u32; 30];
-    // SAFETY: the kernel fills in `params`, which is as large as it expects.
-    let ring = unsafe { libc::syscall(libc::SYS_io_uring_setup, 1u32, params.as_mut_ptr()) };
-    if ring < 0 {
-        return None;
-    }
-    // SAFETY: a descriptor the kernel has just given this process.
-    let ring = unsafe { OwnedFd::from_raw_fd(ring as RawFd) };
+    let ring = new_ring().ok()?;
     const IORING_REGISTER_FILES: u32 = 2;
     let files = [file.as_raw_fd()];
     // SAFETY: `files` holds one descriptor, as the count says.
@@ -97,6 +89,20 @@ fn ring_holding(file: &OwnedFd) -> Option<OwnedFd> {
         )
     };
     (registered == 0).then_some(ring)
+}
+
+/// A new io_uring of one entry, or why there is none (a seccomp filter, the sysctl
+/// `kernel.io_uring_disabled`, a kernel without io_uring).
+fn new_ring() -> std::io::Result<OwnedFd> {
+    // `struct io_uring_params` (120 bytes): all zero asks for nothing special.
+    let mut params = [0u32; 30];
+    // SAFETY: the kernel fills in `params`, which is as large as it expects.
+    let ring = unsafe { libc::syscall(libc::SYS_io_uring_setup, 1u32, params.as_mut_ptr()) };
+    if ring < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: a descriptor the kernel has just given this process.
+    Ok(unsafe { OwnedFd::from_raw_fd(ring as RawFd) })
 }
 
 /// The 64-bit ID of the mount namespace `namespace` (a `/proc/PID/ns/mnt` file), where the
@@ -137,18 +143,6 @@ pub fn namespace_exists(id: u64) -> std::io::Result<bool> {
 mod tests {
     use super::*;
     use std::os::fd::AsFd;
-
-    /// Whether this process may set up an io_uring at all (a seccomp filter or
-    /// `kernel.io_uring_disabled` may refuse it).
-    fn io_uring_here() -> Result<(), std::io::Error> {
-        let mut params = [0u32; 30];
-        let ring = unsafe { libc::syscall(libc::SYS_io_uring_setup, 1u32, params.as_mut_ptr()) };
-        if ring < 0 {
-            return Err(std::io::Error::last_os_error());
-        }
-        unsafe { libc::close(ring as RawFd) };
-        Ok(())
-    }
 
     /// A namespace handed to a ring outlives the process that made it only until the
     /// kernel has released the ring: it goes away on its own, nothing else holding it.
@@ -217,8 +211,8 @@ mod tests {
             eprintln!("SKIP: this kernel cannot find a mount namespace by its ID (6.11): {seen:?}");
             return;
         }
-        match io_uring_here() {
-            Ok(()) => assert_eq!(
+        match new_ring() {
+            Ok(_) => assert_eq!(
                 report[9], 1,
                 "io_uring works here, yet no ring took the namespace"
             ),
