@@ -3,9 +3,11 @@
 //! `scripts/startup-order.txt` lists the functions a call runs, in the order they first
 //! run (scripts/startup-order.sh regenerates it). Handed to the linker, it puts them side
 //! by side at the start of the code, so a call faults in a few hundred KiB of contiguous
-//! code rather than pages spread over the whole binary. Names the binary no longer has
-//! (after a compiler or dependency update) are skipped without a warning: the order is an
-//! optimisation, never a requirement.
+//! code rather than pages spread over the whole binary. The names hold from one build to
+//! the next (the release profile's fat LTO adds no per-build suffix to them) until the
+//! compiler or a dependency changes; names the binary no longer has are skipped without a
+//! warning here (the order is an optimisation, never a requirement), and scripts/test.sh
+//! fails where too many are gone.
 //!
 //! Only where the linker is known to be LLD, which takes `--symbol-ordering-file`: Rust's
 //! own for x86_64-unknown-linux-gnu since Rust 1.90, and for x86_64-unknown-linux-musl

@@ -61,9 +61,9 @@ echo "chitti built for $(scripts/rust-target.sh 2>/dev/null) ($(git rev-parse --
 # The function order build.rs gives the linker goes stale when the compiler or Cargo.lock
 # changes (its names carry hashes): say how much of it this binary still matches.
 if [ -s scripts/startup-order.txt ] && command -v nm >/dev/null; then
-    listed=$(wc -l <scripts/startup-order.txt)
+    listed=$(grep -vc '^#' scripts/startup-order.txt)
     present=$(nm --defined-only "$chitti" | awk '{print $3}' | sort -u |
-        comm -12 - <(sort -u scripts/startup-order.txt) | wc -l)
+        comm -12 - <(grep -v '^#' scripts/startup-order.txt | sort -u) | wc -l)
     echo "startup function order: $present of $listed listed functions are in this binary" \
         "(scripts/startup-order.sh regenerates the list)"
     echo

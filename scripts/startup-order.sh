@@ -6,9 +6,11 @@
 # and fewer pages to unmap when they exit (docs/performance.md).
 #
 # The names are mangled with hashes that depend on the compiler version and on
-# Cargo.lock, so rerun this after updating either (scripts/bench.sh says how many of the
-# listed functions the binary still has). Needs gcc, nm, python3, and both Linux
-# backends. x86_64 only (the tracer reads the instruction pointer).
+# Cargo.lock (not on chitti's own code: the release profile's fat LTO adds no per-build
+# suffix), so rerun this after updating either. The list's first line names the compiler;
+# scripts/check-startup-order.sh, run by scripts/test.sh, fails where the list no longer
+# matches a build by that compiler. Needs gcc, nm, python3, and both Linux backends.
+# x86_64 only (the tracer reads the instruction pointer).
 #
 # Usage: scripts/startup-order.sh
 set -euo pipefail
@@ -33,7 +35,9 @@ trace --backend bwrap --json -- sh -c 'echo out; echo err >&2'
 trace --backend landlock --json -- sh -c 'echo out; echo err >&2'
 
 nm --defined-only "$work/chitti" >"$work/symbols"
-python3 - "$work/symbols" "$work/offsets" >scripts/startup-order.txt <<'EOF'
+# LLD skips lines that start with `#`.
+echo "# made with $(rustc --version)" >scripts/startup-order.txt
+python3 - "$work/symbols" "$work/offsets" >>scripts/startup-order.txt <<'EOF'
 import bisect, sys
 
 # Function symbols by address. In a static PIE the image's first byte is address 0, so an
@@ -53,4 +57,4 @@ for line in open(sys.argv[2]):
         order.append(name)
 print("\n".join(order))
 EOF
-echo "scripts/startup-order.txt: $(wc -l <scripts/startup-order.txt) functions" >&2
+echo "scripts/startup-order.txt: $(grep -vc '^#' scripts/startup-order.txt) functions" >&2

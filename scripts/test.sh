@@ -25,6 +25,9 @@ cargo test --workspace --locked --no-fail-fast --target "$target"
 echo "== smoke run (what CI also runs on macOS)"
 scripts/ci-smoke.sh
 
+echo "== the release build's function order (scripts/startup-order.txt)"
+scripts/check-startup-order.sh "$(scripts/build-chitti.sh --release --locked --quiet)"
+
 # The build comparison tool (docs/performance.md) must keep working: a short run of it.
 echo "== scripts/compare-builds.py"
 scripts/compare-builds.py --runs 3 --copies 2 "$chitti" "$chitti" -- --version
