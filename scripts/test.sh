@@ -31,6 +31,8 @@ scripts/check-startup-order.sh "$(scripts/build-chitti.sh --release --locked --q
 # The build comparison tool (docs/performance.md) must keep working: a short run of it.
 echo "== scripts/compare-builds.py"
 scripts/compare-builds.py --runs 3 --copies 2 "$chitti" "$chitti" -- --version
+# And the page-cache report bench.sh prints.
+scripts/page-cache-folios.py "$chitti"
 # So must the launcher floor bench.sh builds (scripts/bench-floor.c): it builds without
 # warnings and passes the command's exit status through, in both shapes.
 if command -v musl-gcc >/dev/null; then
