@@ -4,9 +4,9 @@
 # start of the code. A stale list costs every call some 0.04 ms (docs/performance.md) and
 # nothing else would say so.
 #
-# The names carry hashes of the compiler and of Cargo.lock, so the check holds the list
-# to the compiler it was made with (its first line) and says SKIP, with the reason, for
-# any other. Only for the targets build.rs orders (x86_64 Linux, linked by LLD).
+# The names carry hashes of the compiler, the target and Cargo.lock, so the check holds
+# the list to the compiler and target it was made for (its first line) and says SKIP,
+# with the reason, for any other. build.rs orders only x86_64 Linux builds (linked by LLD).
 #
 # Usage: scripts/check-startup-order.sh RELEASE-CHITTI
 set -euo pipefail
@@ -14,22 +14,23 @@ cd "$(dirname "$0")/.."
 
 binary=${1:?usage: scripts/check-startup-order.sh RELEASE-CHITTI}
 list=scripts/startup-order.txt
-made_by=$(sed -n '1s/^# made with //p' "$list")
-compiler=$(rustc --version)
-case "$(scripts/rust-target.sh)" in
+made_for=$(sed -n '1s/^# made with //p' "$list")
+target=$(scripts/rust-target.sh)
+this="$(rustc --version) for $target"
+case "$target" in
     x86_64-unknown-linux-musl | x86_64-unknown-linux-gnu) ;;
     *)
-        echo "SKIP: build.rs orders no functions for $(scripts/rust-target.sh)"
+        echo "SKIP: build.rs orders no functions for $target"
         exit 0
         ;;
 esac
-if [ -z "$made_by" ]; then
-    echo "check-startup-order: $list does not say which compiler made it (first line" \
-        "\`# made with rustc ...\`): run scripts/startup-order.sh" >&2
+if [ -z "$made_for" ]; then
+    echo "check-startup-order: $list does not say what it was made for (first line" \
+        "\`# made with rustc ... for TARGET\`): run scripts/startup-order.sh" >&2
     exit 1
 fi
-if [ "$made_by" != "$compiler" ]; then
-    echo "SKIP: $list was made with $made_by, this is $compiler: its names cannot match" \
+if [ "$made_for" != "$this" ]; then
+    echo "SKIP: $list was made with $made_for; this is $this: its names cannot match" \
         "(scripts/startup-order.sh regenerates it)"
     exit 0
 fi

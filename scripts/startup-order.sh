@@ -7,9 +7,10 @@
 #
 # The names are mangled with hashes that depend on the compiler version and on
 # Cargo.lock (not on chitti's own code: the release profile's fat LTO adds no per-build
-# suffix), so rerun this after updating either. The list's first line names the compiler;
-# scripts/check-startup-order.sh, run by scripts/test.sh, fails where the list no longer
-# matches a build by that compiler. Needs gcc, nm, python3, and both Linux backends.
+# suffix), so rerun this after updating either. The list's first line names the compiler
+# and the target (whose name is in the hashes too); scripts/check-startup-order.sh, run by
+# scripts/test.sh, fails where the list no longer matches a build by that compiler for
+# that target. Needs gcc, nm, python3, and both Linux backends.
 # x86_64 only (the tracer reads the instruction pointer).
 #
 # Usage: scripts/startup-order.sh
@@ -36,7 +37,7 @@ trace --backend landlock --json -- sh -c 'echo out; echo err >&2'
 
 nm --defined-only "$work/chitti" >"$work/symbols"
 # LLD skips lines that start with `#`.
-echo "# made with $(rustc --version)" >scripts/startup-order.txt
+echo "# made with $(rustc --version) for $(scripts/rust-target.sh)" >scripts/startup-order.txt
 python3 - "$work/symbols" "$work/offsets" >>scripts/startup-order.txt <<'EOF'
 import bisect, sys
 
