@@ -20,6 +20,7 @@ mod golden;
 pub mod mcp;
 pub mod name_service;
 pub mod policy;
+pub mod process_start;
 pub mod provider;
 pub mod sandbox;
 pub mod tools;

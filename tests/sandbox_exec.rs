@@ -1455,6 +1455,55 @@ fn landlock_command_dies_with_its_supervisor() {
     );
 }
 
+/// chitti started with its standard descriptors closed opens them on /dev/null before
+/// anything else (src/process_start.rs, in place of std's start): the command, which gets
+/// chitti's own, finds /dev/null there, not a file chitti opened for itself. Read from
+/// the command's shell, whose own descriptors a command substitution leaves alone.
+#[test]
+fn closed_standard_descriptors_are_opened_on_dev_null() {
+    use std::os::unix::process::CommandExt;
+    let fx = Fixture::new();
+    let mut command = fx.chitti("landlock").command(&[
+        "sh",
+        "-c",
+        "fds=$(readlink /proc/$$/fd/0 /proc/$$/fd/1 /proc/$$/fd/2); echo \"$fds\" > fds",
+    ]);
+    // SAFETY: only async-signal-safe calls between fork and exec.
+    unsafe {
+        command.pre_exec(|| {
+            for fd in 0..3 {
+                libc::close(fd);
+            }
+            Ok(())
+        });
+    }
+    let status = command.status().expect("spawn chitti");
+    assert_eq!(status.code(), Some(0), "{status:?}");
+    let fds = std::fs::read_to_string(fx.ws.join("fds")).expect("the command ran");
+    assert_eq!(fds, "/dev/null\n/dev/null\n/dev/null\n");
+}
+
+/// A reader of chitti's output that went away makes chitti's writes fail, not kill it
+/// with SIGPIPE (src/process_start.rs): the call's outcome stays its exit status.
+#[test]
+fn a_closed_output_pipe_does_not_kill_chitti() {
+    use std::os::unix::process::ExitStatusExt;
+    let fx = Fixture::new();
+    let mut child = fx
+        .chitti("landlock")
+        .opt("--json")
+        .command(&["sh", "-c", "exit 3"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn chitti");
+    // Closed before chitti writes its outcome, at the end of the call.
+    drop(child.stdout.take());
+    let status = child.wait().expect("wait for chitti");
+    assert_eq!(status.signal(), None, "{status:?}");
+    assert_eq!(status.code(), Some(3));
+}
+
 /// Where root's landlock command hides root's secrets: in a private mount namespace that
 /// chitti made in its own process (see `supervisor::spawn`), which the command joined;
 /// the supervisor, which repairs protected paths, stays in the host's. A user's command

@@ -68,7 +68,7 @@ pub fn exec(subcommand: &str) -> i32 {
             return NOT_FOUND;
         }
     };
-    let mut args = std::env::args_os();
+    let mut args = crate::process_start::args_os().into_iter();
     let arg0 = args.next().unwrap_or_else(|| OsString::from("chitti"));
     let error = std::process::Command::new(&path)
         .arg0(arg0)
