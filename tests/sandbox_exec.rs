@@ -1483,6 +1483,27 @@ fn closed_standard_descriptors_are_opened_on_dev_null() {
     assert_eq!(fds, "/dev/null\n/dev/null\n/dev/null\n");
 }
 
+/// chitti moves the landlock supervisor off its own CPU as the call starts
+/// (`cpu::move_to_another_cpu`); the command may still use every CPU chitti may. Compared
+/// with this test's own CPUs, which chitti inherits. (With one CPU nothing is moved, and
+/// the test shows only that nothing was taken away.)
+#[test]
+fn landlock_command_may_use_every_cpu_chitti_may() {
+    let allowed = |status: &str| {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix("Cpus_allowed_list:"))
+            .map(|v| v.trim().to_string())
+            .expect("Cpus_allowed_list in /proc/PID/status")
+    };
+    let fx = Fixture::new();
+    let ran = fx.chitti("landlock").sh("cat /proc/self/status > status");
+    assert_eq!(ran.code, Some(0), "{}", ran.stderr);
+    let command = std::fs::read_to_string(fx.ws.join("status")).expect("the command ran");
+    let own = std::fs::read_to_string("/proc/self/status").unwrap();
+    assert_eq!(allowed(&command), allowed(&own));
+}
+
 /// A reader of chitti's output that went away makes chitti's writes fail, not kill it
 /// with SIGPIPE (src/process_start.rs): the call's outcome stays its exit status.
 #[test]
