@@ -60,6 +60,7 @@ pub fn path() -> Result<PathBuf, String> {
 /// Replaces this process with `chitti-agent`, given this process's own arguments (its
 /// `argv[0]` included, so that usage texts still say `chitti`). Returns only if that
 /// failed, with the exit status to use; the reason is on stderr.
+#[inline(never)] // see cli::run
 pub fn exec(subcommand: &str) -> i32 {
     let path = match path() {
         Ok(path) => path,

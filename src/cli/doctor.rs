@@ -5,6 +5,7 @@ use serde_json::json;
 use crate::policy::ChittiDirs;
 use crate::sandbox::{self, capabilities, BackendChoice, Capabilities};
 
+#[inline(never)] // see cli::run
 pub fn run(as_json: bool) -> i32 {
     let caps = Capabilities::get();
     let state_dir = ChittiDirs::from_env()

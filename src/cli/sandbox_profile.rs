@@ -8,6 +8,7 @@ use super::report_error;
 use crate::policy::{profile, ChittiDirs, Overrides, Policy};
 use crate::sandbox::{bwrap_args, landlock_rules, rlimits::Rlimits, seatbelt, BackendChoice};
 
+#[inline(never)] // see cli::run
 pub fn run(
     workspace: Option<PathBuf>,
     profile_spec: &str,

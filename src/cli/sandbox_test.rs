@@ -5,6 +5,7 @@ use crate::policy::{profile, ChittiDirs};
 use crate::sandbox::{self, Backend, Capabilities, SandboxError};
 use crate::verify;
 
+#[inline(never)] // see cli::run
 pub fn run(opts: SandboxOpts, json: bool) -> i32 {
     match run_inner(&opts, json) {
         Ok(passed) => {
