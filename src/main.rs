@@ -3,23 +3,20 @@
 //! (src/cli/agent_binary.rs says why they are two binaries).
 
 // A C `main` instead of std's start: src/process_start.rs says why, and does what of that
-// start chitti needs.
-#![no_main]
+// start chitti needs. (The unit-test harness brings its own `main`.)
+#![cfg_attr(not(test), no_main)]
 
-use std::ffi::{c_char, c_int};
-use std::io::Write;
-
+#[cfg(not(test))]
 #[unsafe(no_mangle)]
-extern "C" fn main(argc: c_int, argv: *const *const c_char) -> c_int {
+extern "C" fn main(argc: std::ffi::c_int, argv: *const *const std::ffi::c_char) -> std::ffi::c_int {
+    use std::io::Write;
     // SAFETY: the arguments C's start hands to `main`; no other thread exists yet.
     unsafe { chitti::process_start::start(argc, argv) };
     chitti::name_service::builtin_sources_only();
     let cli = chitti::cli::parse(chitti::process_start::args_os());
     let code = chitti::cli::run(cli);
-    // What `std::process::exit` does, less unmapping the main thread's signal stack, which
-    // the exit unmaps anyway: a `munmap` flushes the TLB of each CPU chitti ran on (an
-    // interrupt to the other CPU on a virtual machine), on every sandboxed call. stderr is
-    // unbuffered; chitti registers no C `atexit` handlers.
+    // What `std::process::exit` does, less the C library's exit handlers and finalisers,
+    // which chitti does not use: stdout is flushed here, stderr is unbuffered.
     let _ = std::io::stdout().flush();
     // A call's supervisor may still be exiting: the outcome was printed meanwhile.
     chitti::exec::reap_exiting_supervisors();
