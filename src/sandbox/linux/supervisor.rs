@@ -482,6 +482,10 @@ fn spawn_here(
         if let (Some(add_rules), Ok(())) = (pending_rules, &rules_added) {
             rules_added = add_rules(restrictions.landlock.as_fd());
         }
+        // Masks still to find and make: the command may restrict itself meanwhile.
+        if entered.is_some() && rules_added.is_ok() {
+            rules_added = send(RULES_IN);
+        }
         // Found only now, policy errors included, while the command sets itself up; made
         // only in the namespace entered above, never in the host's.
         let late = match (late_masks, entered, &rules_added) {
@@ -855,24 +859,43 @@ unsafe fn command_main(
         // Installed before the wait below, not after Landlock: installing costs the
         // kernel a check, a conversion and a JIT compilation (some 0.08 ms here), which
         // then overlaps chitti adding the rules. The filter allows what is left to do
-        // (read, close, landlock_restrict_self, execve), and nothing runs before exec.
+        // (read, fcntl, sched_yield, close, landlock_restrict_self, execve), and nothing
+        // runs before exec.
         if seccompiler::apply_filter(r.seccomp).is_err() {
             fail(b"installing seccomp", last_error());
         }
-        // chitti may still be adding rules to the ruleset (see `spawn`).
-        if let Some(go) = fds.go {
-            if read_go_byte(go).is_none() {
-                fail(b"waiting for the Landlock rules", libc::ECANCELED);
+        let restrict = || {
+            let Some(ruleset) = fds.landlock else {
+                fail(b"landlock ruleset", libc::EBADF);
+            };
+            if libc::syscall(libc::SYS_landlock_restrict_self, ruleset, 0u32) < 0 {
+                fail(b"landlock_restrict_self", last_error());
             }
-            libc::close(go);
-        }
-        let Some(ruleset) = fds.landlock else {
-            fail(b"landlock ruleset", libc::EBADF);
+            libc::close(ruleset);
         };
-        if libc::syscall(libc::SYS_landlock_restrict_self, ruleset, 0u32) < 0 {
-            fail(b"landlock_restrict_self", last_error());
+        // chitti may still be adding rules to the ruleset (see `spawn`), and, as root,
+        // then finding and mounting the masks. Told that the rules are in, the command
+        // restricts itself while chitti works on the masks: Landlock's domain (some 5 us
+        // to make) is then off the call's critical path, which runs from chitti's last
+        // byte to the exec. Until that byte the command only waits; at the pipe's end it
+        // gives up, as before (the masks could not be made).
+        match fds.go {
+            Some(go) => match read_go_byte(go) {
+                Some(RULES_IN) => {
+                    restrict();
+                    if read_go_byte(go).is_none() {
+                        fail(b"waiting for the masks", libc::ECANCELED);
+                    }
+                    libc::close(go);
+                }
+                Some(_) => {
+                    libc::close(go);
+                    restrict();
+                }
+                None => fail(b"waiting for the Landlock rules", libc::ECANCELED),
+            },
+            None => restrict(),
         }
-        libc::close(ruleset);
     }
     execve.exec();
     fail(b"exec", last_error())
@@ -888,6 +911,9 @@ const MASKS_HINT: &str =
 const JOIN_CHITTI: u8 = b'J';
 /// ... when it did not, and the command makes its own.
 const MAKE_OWN: u8 = b'S';
+/// Every Landlock rule is in, the masks are not yet: the command restricts itself and
+/// waits for the next byte (see `command_main`).
+const RULES_IN: u8 = b'R';
 
 /// Whether this process has a single thread: `unshare(CLONE_NEWNS)` moves only the
 /// calling thread, and a chitti with other threads must not be left split.
