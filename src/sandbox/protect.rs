@@ -921,36 +921,6 @@ mod tests {
             || Snapshot::take_shared_once(state, &[], pinned, protected, &[]).map(|(s, _)| s);
         asking_again_while_a_call_runs(std::time::Duration::from_secs(5), take).unwrap()
     }
-
-    /// Waits until no process holds a lock of a call on the protected paths' store in
-    /// `state`, once the test's own calls are dropped. A child another test forks at that
-    /// moment (a supervisor, before it closes what it does not keep) holds a copy of a
-    /// dropped call's lock file for a while, open file description locks included: a
-    /// record left by a call "killed" just before then looks like a running call's, and is
-    /// restored as one (seen once in CI). Free once the byte every running call holds can
-    /// be locked exclusively.
-    fn until_no_call_holds_the_store(state: &Path) {
-        use std::os::fd::AsRawFd;
-        let file = std::fs::OpenOptions::new()
-            .read(true)
-            .write(true)
-            .open(state.join("protect/lock"))
-            .unwrap();
-        let mut lock: libc::flock = unsafe { std::mem::zeroed() };
-        lock.l_type = libc::F_WRLCK as libc::c_short;
-        lock.l_whence = libc::SEEK_SET as libc::c_short;
-        lock.l_start = 1;
-        lock.l_len = 1;
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-        while unsafe { libc::fcntl(file.as_raw_fd(), libc::F_OFD_SETLK, &lock) } != 0 {
-            assert!(
-                std::time::Instant::now() < deadline,
-                "a copy of a dropped call's lock outlived 10 s"
-            );
-            std::thread::sleep(std::time::Duration::from_millis(1));
-        }
-        // Closing `file` lets the byte go again.
-    }
     use std::os::unix::fs::PermissionsExt;
 
     #[test]
@@ -1346,8 +1316,12 @@ mod tests {
         let protected = [git.join("config"), git.join("hooks")];
         let mut crashed = take_shared(state.path(), &[], &protected, &[]).unwrap();
         crate::sandbox::AfterCall::disarm(&mut crashed);
-        drop(crashed); // its supervisor was killed
-        until_no_call_holds_the_store(state.path());
+        // Its supervisor was killed. A child another test forks now (a supervisor, before it
+        // closes what it does not keep) holds a copy of this call's lock for a while, its
+        // locks included: the record would look like a running call's, and be restored as
+        // one (seen once in CI).
+        drop(crashed);
+        shared_baseline::until_no_call_runs(state.path());
         // Later, on the host: the user's own edits.
         std::fs::write(git.join("config"), "[core]\n[remote \"origin\"]\n").unwrap();
         std::fs::write(git.join("hooks/pre-push"), "#!/bin/sh\n").unwrap();

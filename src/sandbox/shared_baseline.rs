@@ -309,6 +309,15 @@ fn lock_byte(
     }
 }
 
+/// For tests: waits (10 s at most) until no open of the store's lock file in `state_dir`
+/// holds the byte every running call holds, as a call that finds itself alone does.
+#[cfg(test)]
+pub(crate) fn until_no_call_runs(state_dir: &Path) {
+    let file = open_locks(&state_dir.join("protect")).unwrap();
+    lock_byte(&file, RUNNING, libc::F_WRLCK, Some(Duration::from_secs(10))).unwrap();
+    // Closing `file` lets the byte go again.
+}
+
 /// A running call's hold on the store: an open of the lock file holding the running byte
 /// shared and a presence byte of its own, beside which its writable roots are kept (see
 /// [`enter`]). Closing every copy of it (chitti's and its supervisor's) ends the call's
