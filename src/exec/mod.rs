@@ -2066,6 +2066,59 @@ mod tests {
         );
     }
 
+    /// A supervisor killed from outside ends its call for the calls that start after it,
+    /// though a copy of the call's lock lives on in another process (a child that another
+    /// call of a server forks, before it closes what it does not keep): what the call
+    /// recorded is left over, to be put back with what replaced it moved aside, not taken
+    /// for a running call's.
+    #[test]
+    fn a_killed_supervisor_ends_its_call_though_a_copy_of_its_lock_lives_on() {
+        use std::os::unix::process::CommandExt;
+        let fx = Fixture::new();
+        let state = tempfile::tempdir().unwrap();
+        let config = fx.ws.join(".git/config");
+        let (snapshot, present) = crate::sandbox::protect::Snapshot::take_shared(
+            state.path(),
+            &[],
+            &[],
+            std::slice::from_ref(&config),
+            &[],
+        )
+        .unwrap();
+        drop(present); // the same open of the lock file as the snapshot's
+        let [lock] = crate::sandbox::AfterCall::fds(&snapshot)[..] else {
+            panic!("one descriptor: the lock file's");
+        };
+        let mut copy = std::process::Command::new("sleep");
+        copy.arg("60");
+        unsafe {
+            copy.pre_exec(move || {
+                let flags = libc::fcntl(lock, libc::F_GETFD);
+                libc::fcntl(lock, libc::F_SETFD, flags & !libc::FD_CLOEXEC);
+                Ok(())
+            });
+        }
+        let mut copy = copy.spawn().unwrap();
+        let Some(started) = start_sh_checked_by(&fx, "exec sleep 60", Box::new(snapshot)) else {
+            let _ = copy.kill();
+            let _ = copy.wait();
+            return;
+        };
+        let Running::Supervised { pid, .. } = &started.running else {
+            panic!("a landlock call runs under a supervisor");
+        };
+        assert_eq!(unsafe { libc::kill(*pid, libc::SIGKILL) }, 0);
+        let finished = finish(started, Duration::from_secs(60), std::future::pending());
+        let lost = runtime().block_on(finished);
+        assert!(matches!(lost, Err(SandboxError::Lost(_))), "{lost:?}");
+        let next = crate::sandbox::shared_baseline::join(state.path(), &[]).unwrap();
+        let left_over = next.left_over(&config);
+        drop(next);
+        copy.kill().unwrap();
+        copy.wait().unwrap();
+        assert!(left_over, "the killed call was taken for a running one");
+    }
+
     /// A chitti with other threads (this test process) never makes the masks' namespace
     /// for a call marked as its only one: that would move only the calling thread. The
     /// command makes its own instead, with the same masks (as root: /etc/shadow hidden),

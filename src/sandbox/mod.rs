@@ -258,6 +258,9 @@ pub trait AfterCall: Send {
     /// started: called on chitti's copy once a forked supervisor has its own, and once the
     /// command has started.
     fn disarm(&mut self) {}
+    /// `pid`, a supervisor forked for the call, now holds its own copy of the work and does
+    /// it: its end, however it comes, ends the call (see `shared_baseline`).
+    fn supervised_by(&self, _pid: libc::pid_t) {}
     /// The sandbox's own process is dead, however it ended (by itself, stopped, killed
     /// from outside): the moment to end what it left behind, before the call's pipes are
     /// read to their end.

@@ -62,6 +62,12 @@ impl crate::sandbox::AfterCall for Snapshot {
             member.disarm();
         }
     }
+
+    fn supervised_by(&self, pid: libc::pid_t) {
+        if let Some(member) = &self.member {
+            member.supervised_by(pid);
+        }
+    }
 }
 
 /// A call's presence among the running calls ([`shared_baseline::Presence`]): the last of
@@ -1315,13 +1321,14 @@ mod tests {
         std::fs::write(git.join("config"), "[core]\n").unwrap();
         let protected = [git.join("config"), git.join("hooks")];
         let mut crashed = take_shared(state.path(), &[], &protected, &[]).unwrap();
-        crate::sandbox::AfterCall::disarm(&mut crashed);
         // Its supervisor was killed. A child another test forks now (a supervisor, before it
-        // closes what it does not keep) holds a copy of this call's lock for a while, its
-        // locks included: the record would look like a running call's, and be restored as
-        // one (seen once in CI).
+        // closes what it does not keep) may hold a copy of this call's lock for a while, its
+        // locks included; the supervisor's end tells the call ended all the same (without
+        // it, the record was restored as a running call's: seen once in CI).
+        let supervisor = shared_baseline::Exited::new();
+        crate::sandbox::AfterCall::supervised_by(&crashed, supervisor.pid());
+        crate::sandbox::AfterCall::disarm(&mut crashed);
         drop(crashed);
-        shared_baseline::until_no_call_runs(state.path());
         // Later, on the host: the user's own edits.
         std::fs::write(git.join("config"), "[core]\n[remote \"origin\"]\n").unwrap();
         std::fs::write(git.join("hooks/pre-push"), "#!/bin/sh\n").unwrap();

@@ -25,7 +25,11 @@
 //! - byte 1, held shared by every call from joining until its repairs are done; whoever
 //!   can lock it exclusively knows that no other call is running;
 //! - byte 2 + n, held exclusively by the call in slot n: whether a call named by a record
-//!   still runs.
+//!   still runs. A lock can outlive its call for a moment: a child that another call in
+//!   the same process forks (a supervisor, before it closes what it does not keep) holds a
+//!   copy of the descriptor, locks and all. So the call also names the process whose end
+//!   ends it (chitti, then its supervisor; see [`Member::supervised_by`]): a byte held for
+//!   a process that has exited is a killed call's.
 //!
 //! A record goes when the last call using it leaves: a call that starts later, when no
 //! call using it runs any more, records afresh (so that a host edit made between calls is
@@ -309,13 +313,41 @@ fn lock_byte(
     }
 }
 
-/// For tests: waits (10 s at most) until no open of the store's lock file in `state_dir`
-/// holds the byte every running call holds, as a call that finds itself alone does.
+/// For tests: a process that has exited and is not reaped yet, as a killed supervisor is
+/// until chitti reaps it (its pid stays its own meanwhile). Reaped when dropped.
 #[cfg(test)]
-pub(crate) fn until_no_call_runs(state_dir: &Path) {
-    let file = open_locks(&state_dir.join("protect")).unwrap();
-    lock_byte(&file, RUNNING, libc::F_WRLCK, Some(Duration::from_secs(10))).unwrap();
-    // Closing `file` lets the byte go again.
+pub(crate) struct Exited(std::process::Child);
+
+#[cfg(test)]
+impl Exited {
+    pub(crate) fn new() -> Exited {
+        let child = std::process::Command::new("true").spawn().unwrap();
+        until_exited(&child);
+        Exited(child)
+    }
+
+    pub(crate) fn pid(&self) -> libc::pid_t {
+        self.0.id() as libc::pid_t
+    }
+}
+
+#[cfg(test)]
+impl Drop for Exited {
+    fn drop(&mut self) {
+        let _ = self.0.wait();
+    }
+}
+
+/// For tests: waits until `child` has exited, without reaping it.
+#[cfg(test)]
+pub(crate) fn until_exited(child: &std::process::Child) {
+    let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
+    let flags = libc::WEXITED | libc::WNOWAIT;
+    let id = child.id() as libc::id_t;
+    assert_eq!(
+        unsafe { libc::waitid(libc::P_PID, id, &mut info, flags) },
+        0
+    );
 }
 
 /// A running call's hold on the store: an open of the lock file holding the running byte
@@ -364,6 +396,84 @@ fn too_many_calls(state_dir: &Path) -> String {
 /// its repairs and its nested-repository check), one per call: whether the roots kept
 /// for that byte are a running call's.
 const PRESENT: i64 = 2 + SLOTS as i64;
+/// Where in the lock file the process is named whose end ends the call in slot `n`
+/// (`IDENTITY_AT + n * IDENTITY_SPAN`): its pid (four bytes), four zero bytes, then its PID
+/// namespace's inode (eight bytes; zero: unknown, and the lock alone tells).
+const IDENTITY_AT: u64 = 1024;
+const IDENTITY_SPAN: u64 = 16;
+const _: () = assert!(IDENTITY_AT + SLOTS as u64 * IDENTITY_SPAN <= ROOTS_AT);
+
+/// The PID namespace this process sees pids in (its inode), 0 when it cannot be told: a
+/// pid named by a call in another namespace means nothing here.
+fn own_pid_namespace() -> u64 {
+    static NAMESPACE: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
+    *NAMESPACE.get_or_init(|| {
+        #[cfg(target_os = "linux")]
+        {
+            use std::os::unix::fs::MetadataExt;
+            std::fs::metadata("/proc/self/ns/pid").map_or(0, |m| m.ino())
+        }
+        // No PID namespaces: every process sees the same pids.
+        #[cfg(not(target_os = "linux"))]
+        1
+    })
+}
+
+/// Names `pid` (of this process's PID namespace) as the process whose end ends the call in
+/// `slot`.
+fn name_holder(file: &std::fs::File, slot: u32, pid: libc::pid_t) -> std::io::Result<()> {
+    let mut identity = [0u8; IDENTITY_SPAN as usize];
+    identity[..4].copy_from_slice(&pid.to_le_bytes());
+    identity[8..].copy_from_slice(&own_pid_namespace().to_le_bytes());
+    file.write_all_at(&identity, IDENTITY_AT + u64::from(slot) * IDENTITY_SPAN)
+}
+
+/// Whether the process named for `slot` has exited (a zombie too): then the byte is held
+/// only by a copy of a killed call's descriptor. False whenever that cannot be told.
+fn holder_has_exited(file: &std::fs::File, slot: u32) -> bool {
+    let read = || {
+        let mut identity = [0u8; IDENTITY_SPAN as usize];
+        file.read_exact_at(&mut identity, IDENTITY_AT + u64::from(slot) * IDENTITY_SPAN)
+            .ok()
+            .map(|()| identity)
+    };
+    let Some(identity) = read() else {
+        return false;
+    };
+    let pid = libc::pid_t::from_le_bytes(identity[..4].try_into().unwrap_or_default());
+    let namespace = u64::from_le_bytes(identity[8..].try_into().unwrap_or_default());
+    if pid <= 0 || namespace == 0 || namespace != own_pid_namespace() {
+        return false;
+    }
+    // Read again after the look: a name being written while it was read (not under the
+    // step's lock: see `Member::supervised_by`) may have been read torn.
+    has_exited(pid) && read() == Some(identity)
+}
+
+#[cfg(target_os = "linux")]
+fn has_exited(pid: libc::pid_t) -> bool {
+    use std::os::fd::{FromRawFd, OwnedFd};
+    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
+    if fd < 0 {
+        return std::io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH);
+    }
+    let pidfd = unsafe { OwnedFd::from_raw_fd(fd as RawFd) };
+    // A pidfd is readable once its process has exited, reaped or not.
+    let mut poll = libc::pollfd {
+        fd: pidfd.as_raw_fd(),
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    unsafe { libc::poll(&mut poll, 1, 0) == 1 && poll.revents & libc::POLLIN != 0 }
+}
+
+/// Gone, rather than a zombie (taken for running: the lock decides then).
+#[cfg(not(target_os = "linux"))]
+fn has_exited(pid: libc::pid_t) -> bool {
+    let signalled = unsafe { libc::kill(pid, 0) };
+    signalled != 0 && std::io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH)
+}
+
 /// Where in the lock file the roots of the call holding presence byte `n` are kept:
 /// `ROOTS_AT + n * ROOTS_SPAN`, a length (four bytes), then each root: its device and
 /// inode (eight bytes each; all ones where it could not be looked at), and its path, ended
@@ -538,6 +648,9 @@ fn join_within(state_dir: &Path, roots: &[PathBuf], patience: Duration) -> Resul
         Some(Err(e)) => return Err(store_error(&dir, "use the record", e)),
         None => return Err(too_many_calls(state_dir)),
     };
+    // This process, until a supervisor takes the call over.
+    name_holder(&file, slot, std::process::id() as libc::pid_t)
+        .map_err(|e| store_error(&dir, "use the record", e))?;
     Ok(Joining {
         dir,
         file,
@@ -588,15 +701,17 @@ fn parse(dir: &Path, stored: &[u8]) -> Result<Records, String> {
     }
 }
 
-/// The slots, among those `records` name, whose calls still run (hold their byte), but
-/// for `own` (this open's slot, which the test would release). Called with STEP held: no
-/// call joins or leaves meanwhile.
+/// The slots, among those `records` name, whose calls still run (hold their byte, for a
+/// process that has not exited), but for `own` (this open's slot, which the test would
+/// release). Called with STEP held: no call joins or leaves meanwhile.
 fn live_members(file: &std::fs::File, records: &Records, own: u64) -> std::io::Result<u64> {
     let named = records.values().fold(0u64, |all, r| all | r.members) & !own;
     let mut live = 0;
     for slot in (0..SLOTS).filter(|n| named & (1 << n) != 0) {
         if lock_byte(file, slot_byte(slot), libc::F_WRLCK, None)? {
             lock_byte(file, slot_byte(slot), libc::F_UNLCK, None)?;
+        } else if holder_has_exited(file, slot) {
+            // Held by a copy of a killed call's descriptor, which goes in a moment.
         } else {
             live |= 1 << slot;
         }
@@ -711,6 +826,14 @@ impl Member {
             .try_clone()
             .map_err(|e| store_error(&self.dir, "use the record", e))?;
         Ok(Presence { file })
+    }
+
+    /// Names `pid`, the supervisor chitti forked for this call, as the process whose end
+    /// ends the call, however it ends (killed, it leaves its records behind). Named after
+    /// the supervisor holds its copy of the lock and before chitti closes its own; a name
+    /// that cannot be written leaves chitti's, and the lock alone tells.
+    pub fn supervised_by(&self, pid: libc::pid_t) {
+        let _ = name_holder(&self.file, self.bit.trailing_zeros(), pid);
     }
 
     /// Dropped from now on, this copy does not leave (see `armed`).
@@ -954,9 +1077,94 @@ mod tests {
     }
 
     /// What a call's supervisor being killed leaves: its descriptors closed, nothing else.
+    /// (A child another test forks now may hold a copy of them for a moment, locks and all:
+    /// the supervisor named for the call has exited all the same.)
     fn killed(mut member: Member) {
+        let supervisor = Exited::new();
+        member.supervised_by(supervisor.pid());
         member.disarm();
         drop(member);
+    }
+
+    /// A child holding a copy of `member`'s descriptor (its locks with it) until killed: what
+    /// another call's supervisor is until it closes what it does not keep.
+    fn holding_a_copy(member: &Member) -> std::process::Child {
+        use std::os::unix::process::CommandExt;
+        let fd = member.fd();
+        let mut sleep = std::process::Command::new("sleep");
+        sleep.arg("60");
+        unsafe {
+            sleep.pre_exec(move || {
+                let flags = libc::fcntl(fd, libc::F_GETFD);
+                libc::fcntl(fd, libc::F_SETFD, flags & !libc::FD_CLOEXEC);
+                Ok(())
+            });
+        }
+        sleep.spawn().unwrap()
+    }
+
+    /// A killed call's lock lives on in a copy of its descriptor: its supervisor's end says
+    /// that the call ended, and its record is left over, not a running call's. (Taken for a
+    /// running call's, it was put back without its replacement moved aside.)
+    #[test]
+    fn a_killed_call_is_not_kept_running_by_a_copy_of_its_lock() {
+        let state = tempfile::tempdir().unwrap();
+        let config = Path::new("/repo/.git/config");
+        let mut call = recording(state.path(), config, file("clean"));
+        let mut copy = holding_a_copy(&call);
+        let mut supervisor = std::process::Command::new("sleep")
+            .arg("60")
+            .spawn()
+            .unwrap();
+        call.supervised_by(supervisor.id() as libc::pid_t);
+        call.disarm();
+        drop(call);
+        let next = join(state.path(), &[]).unwrap();
+        assert!(
+            !next.left_over(config),
+            "its supervisor runs: so does the call"
+        );
+        drop(next);
+        supervisor.kill().unwrap();
+        until_exited(&supervisor); // not reaped yet: a zombie has ended too
+        let next = join(state.path(), &[]).unwrap();
+        assert!(
+            next.left_over(config),
+            "a copy of its lock kept a killed call running"
+        );
+        drop(next);
+        supervisor.wait().unwrap();
+        copy.kill().unwrap();
+        copy.wait().unwrap();
+    }
+
+    /// A process named from another PID namespace (or none named) tells nothing here: the
+    /// lock alone says whether the call runs.
+    #[test]
+    fn a_call_named_from_another_pid_namespace_is_judged_by_its_lock() {
+        let state = tempfile::tempdir().unwrap();
+        let config = Path::new("/repo/.git/config");
+        let mut call = recording(state.path(), config, file("clean"));
+        let mut copy = holding_a_copy(&call);
+        let exited = Exited::new();
+        let slot = call.bit.trailing_zeros();
+        let mut identity = [0u8; IDENTITY_SPAN as usize];
+        identity[..4].copy_from_slice(&exited.pid().to_le_bytes());
+        identity[8..].copy_from_slice(&(own_pid_namespace() + 1).to_le_bytes());
+        let at = IDENTITY_AT + u64::from(slot) * IDENTITY_SPAN;
+        call.file.write_all_at(&identity, at).unwrap();
+        call.disarm();
+        drop(call);
+        let next = join(state.path(), &[]).unwrap();
+        assert!(
+            !next.left_over(config),
+            "taken for ended by a pid of another namespace"
+        );
+        drop(next);
+        copy.kill().unwrap();
+        copy.wait().unwrap();
+        let next = join(state.path(), &[]).unwrap();
+        assert!(next.left_over(config), "the lock went with the last copy");
     }
 
     #[test]

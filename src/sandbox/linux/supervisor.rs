@@ -523,6 +523,10 @@ fn spawn_here(
         }
         None => Some(started_read),
     };
+    // Before this process's copies close: from here on the call ends with the supervisor.
+    for after in &spec.after {
+        after.supervised_by(pid);
+    }
     drop(chitti_pidfd);
     drop(lifeline_read);
     drop(status_write);
