@@ -1325,8 +1325,8 @@ mod tests {
         // closes what it does not keep) may hold a copy of this call's lock for a while, its
         // locks included; the supervisor's end tells the call ended all the same (without
         // it, the record was restored as a running call's: seen once in CI).
-        let supervisor = shared_baseline::Exited::new();
-        crate::sandbox::AfterCall::supervised_by(&crashed, supervisor.pid());
+        let supervisor = shared_baseline::an_exited_process();
+        crate::sandbox::AfterCall::supervised_by(&crashed, supervisor);
         crate::sandbox::AfterCall::disarm(&mut crashed);
         drop(crashed);
         // Later, on the host: the user's own edits.

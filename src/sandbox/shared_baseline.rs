@@ -313,29 +313,17 @@ fn lock_byte(
     }
 }
 
-/// For tests: a process that has exited and is not reaped yet, as a killed supervisor is
-/// until chitti reaps it (its pid stays its own meanwhile). Reaped when dropped.
+/// For tests: the pid of a process that has exited and is not reaped, as a killed
+/// supervisor is until chitti reaps it (its pid stays its own meanwhile). One for the
+/// whole test process: every fork copies all descriptors of every test running then.
 #[cfg(test)]
-pub(crate) struct Exited(std::process::Child);
-
-#[cfg(test)]
-impl Exited {
-    pub(crate) fn new() -> Exited {
+pub(crate) fn an_exited_process() -> libc::pid_t {
+    static EXITED: std::sync::OnceLock<libc::pid_t> = std::sync::OnceLock::new();
+    *EXITED.get_or_init(|| {
         let child = std::process::Command::new("true").spawn().unwrap();
         until_exited(&child);
-        Exited(child)
-    }
-
-    pub(crate) fn pid(&self) -> libc::pid_t {
-        self.0.id() as libc::pid_t
-    }
-}
-
-#[cfg(test)]
-impl Drop for Exited {
-    fn drop(&mut self) {
-        let _ = self.0.wait();
-    }
+        child.id() as libc::pid_t
+    })
 }
 
 /// For tests: waits until `child` has exited, without reaping it.
@@ -403,11 +391,12 @@ const IDENTITY_AT: u64 = 1024;
 const IDENTITY_SPAN: u64 = 16;
 const _: () = assert!(IDENTITY_AT + SLOTS as u64 * IDENTITY_SPAN <= ROOTS_AT);
 
+static PID_NAMESPACE: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
+
 /// The PID namespace this process sees pids in (its inode), 0 when it cannot be told: a
 /// pid named by a call in another namespace means nothing here.
 fn own_pid_namespace() -> u64 {
-    static NAMESPACE: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
-    *NAMESPACE.get_or_init(|| {
+    *PID_NAMESPACE.get_or_init(|| {
         #[cfg(target_os = "linux")]
         {
             use std::os::unix::fs::MetadataExt;
@@ -419,12 +408,17 @@ fn own_pid_namespace() -> u64 {
     })
 }
 
-/// Names `pid` (of this process's PID namespace) as the process whose end ends the call in
-/// `slot`.
-fn name_holder(file: &std::fs::File, slot: u32, pid: libc::pid_t) -> std::io::Result<()> {
+/// Names `pid`, of the PID namespace `namespace` (0: unknown), as the process whose end
+/// ends the call in `slot`.
+fn name_holder(
+    file: &std::fs::File,
+    slot: u32,
+    pid: libc::pid_t,
+    namespace: u64,
+) -> std::io::Result<()> {
     let mut identity = [0u8; IDENTITY_SPAN as usize];
     identity[..4].copy_from_slice(&pid.to_le_bytes());
-    identity[8..].copy_from_slice(&own_pid_namespace().to_le_bytes());
+    identity[8..].copy_from_slice(&namespace.to_le_bytes());
     file.write_all_at(&identity, IDENTITY_AT + u64::from(slot) * IDENTITY_SPAN)
 }
 
@@ -648,8 +642,12 @@ fn join_within(state_dir: &Path, roots: &[PathBuf], patience: Duration) -> Resul
         Some(Err(e)) => return Err(store_error(&dir, "use the record", e)),
         None => return Err(too_many_calls(state_dir)),
     };
-    // This process, until a supervisor takes the call over.
-    name_holder(&file, slot, std::process::id() as libc::pid_t)
+    // This process, until a supervisor takes the call over. Its namespace only where
+    // already known (a server's later calls): looking it up here would cost a one-shot
+    // call some microseconds before its command starts, and while this process holds the
+    // lock the call runs in any case.
+    let namespace = PID_NAMESPACE.get().copied().unwrap_or(0);
+    name_holder(&file, slot, std::process::id() as libc::pid_t, namespace)
         .map_err(|e| store_error(&dir, "use the record", e))?;
     Ok(Joining {
         dir,
@@ -833,7 +831,12 @@ impl Member {
     /// the supervisor holds its copy of the lock and before chitti closes its own; a name
     /// that cannot be written leaves chitti's, and the lock alone tells.
     pub fn supervised_by(&self, pid: libc::pid_t) {
-        let _ = name_holder(&self.file, self.bit.trailing_zeros(), pid);
+        let _ = name_holder(
+            &self.file,
+            self.bit.trailing_zeros(),
+            pid,
+            own_pid_namespace(),
+        );
     }
 
     /// Dropped from now on, this copy does not leave (see `armed`).
@@ -1080,8 +1083,7 @@ mod tests {
     /// (A child another test forks now may hold a copy of them for a moment, locks and all:
     /// the supervisor named for the call has exited all the same.)
     fn killed(mut member: Member) {
-        let supervisor = Exited::new();
-        member.supervised_by(supervisor.pid());
+        member.supervised_by(an_exited_process());
         member.disarm();
         drop(member);
     }
@@ -1146,10 +1148,9 @@ mod tests {
         let config = Path::new("/repo/.git/config");
         let mut call = recording(state.path(), config, file("clean"));
         let mut copy = holding_a_copy(&call);
-        let exited = Exited::new();
         let slot = call.bit.trailing_zeros();
         let mut identity = [0u8; IDENTITY_SPAN as usize];
-        identity[..4].copy_from_slice(&exited.pid().to_le_bytes());
+        identity[..4].copy_from_slice(&an_exited_process().to_le_bytes());
         identity[8..].copy_from_slice(&(own_pid_namespace() + 1).to_le_bytes());
         let at = IDENTITY_AT + u64::from(slot) * IDENTITY_SPAN;
         call.file.write_all_at(&identity, at).unwrap();
@@ -1400,15 +1401,28 @@ mod tests {
             None
         );
         drop(joining);
-        // A presence goes with the last copy of its open: the middle one first.
+        // A presence goes with the last copy of its open (a child another test forks holds
+        // one for a moment: waited for, 10 s at most): the middle one first.
+        let seen_after = |expected: &[&str]| -> Vec<String> {
+            let asked = std::time::Instant::now();
+            loop {
+                let joining = join(state.path(), &[]).unwrap();
+                let now: Vec<String> = seen(&joining).into_iter().map(String::from).collect();
+                if now == expected || asked.elapsed() > Duration::from_secs(10) {
+                    return now;
+                }
+                drop(joining);
+                std::thread::sleep(Duration::from_millis(5));
+            }
+        };
         drop(second);
-        let joining = join(state.path(), &[]).unwrap();
-        assert_eq!(seen(&joining), ["/a/x", "/b/y", "/d/z"]);
-        drop(joining);
+        assert_eq!(
+            seen_after(&["/a/x", "/b/y", "/d/z"]),
+            ["/a/x", "/b/y", "/d/z"]
+        );
         drop(first);
-        let joining = join(state.path(), &[]).unwrap();
-        assert_eq!(seen(&joining), ["/d/z"]);
-        drop((joining, third));
+        assert_eq!(seen_after(&["/d/z"]), ["/d/z"]);
+        drop(third);
         // Roots too many to keep stand for the whole filesystem.
         let many: Vec<PathBuf> = (0..20_000)
             .map(|n| PathBuf::from(format!("/many/{n}")))
