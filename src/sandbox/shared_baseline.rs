@@ -317,6 +317,7 @@ fn lock_byte(
 /// supervisor is until chitti reaps it (its pid stays its own meanwhile). One for the
 /// whole test process: every fork copies all descriptors of every test running then.
 #[cfg(test)]
+#[allow(clippy::zombie_processes)] // a zombie on purpose
 pub(crate) fn an_exited_process() -> libc::pid_t {
     static EXITED: std::sync::OnceLock<libc::pid_t> = std::sync::OnceLock::new();
     *EXITED.get_or_init(|| {
