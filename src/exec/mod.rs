@@ -884,9 +884,9 @@ fn apply_report(
         }
         Some(Report::SetupFailed { step, errno }) => {
             return Err(SandboxError::Unavailable(format!(
-                "the {} sandbox could not be set up: {step}: {}",
+                "the {} sandbox could not be set up: {}",
                 backend.name(),
-                errno_text(errno)
+                crate::sandbox::linux::supervisor::setup_failure(&step, errno)
             )))
         }
         None => {
@@ -1692,6 +1692,136 @@ mod tests {
         };
         assert!(e.to_string().contains("no last rule, on purpose"), "{e}");
         assert!(!e.to_string().contains("had started"), "{e}");
+        assert!(!marker.exists(), "the command ran");
+    }
+
+    /// A root call whose masks chitti finds after the fork, `sh -c SCRIPT`, with its
+    /// Landlock rules (which its supervisor adds) passed through `wrap`, and chitti's search
+    /// for the masks slowed by `search_takes`. None, said, where this machine cannot make
+    /// such a call (not root: then it asserts why).
+    fn start_finding_masks_later(
+        fx: &Fixture,
+        script: &str,
+        wrap: impl FnOnce(PendingRules) -> PendingRules,
+        search_takes: Duration,
+    ) -> Option<Result<Started, SandboxError>> {
+        if !nix::unistd::geteuid().is_root() {
+            assert!(
+                !crate::sandbox::linux::credentials_can_wait(true),
+                "only root finds the masks after the fork"
+            );
+            return None;
+        }
+        if !crate::sandbox::linux::credentials_can_wait(true) {
+            eprintln!("SKIP: root here cannot make a mount namespace on a thread of its own");
+            return None;
+        }
+        let (policy, search) = fx.source.resolve_without_credentials().unwrap();
+        let command: Vec<std::ffi::OsString> = vec!["sh".into(), "-c".into(), script.into()];
+        let mut prepared = crate::sandbox::linux::prepare_finding_credentials_later(
+            &policy, search, &command, &fx.ws, None,
+        )
+        .unwrap();
+        let Launch::Supervised(spec) = &mut prepared.launch else {
+            panic!("a landlock call runs under a supervisor");
+        };
+        // This test process has other threads: the namespace is made on a thread of its
+        // own, as a session's is.
+        spec.masks_made_by = crate::sandbox::linux::supervisor::MasksMadeBy::ChittiThread;
+        let restrictions = spec.restrictions.as_mut().expect("landlock restrictions");
+        let rules = restrictions
+            .pending_rules
+            .take()
+            .expect("a one-shot call adds its rules after the fork");
+        restrictions.pending_rules = Some(wrap(rules));
+        let search = restrictions
+            .late_masks
+            .take()
+            .expect("masks found after the fork");
+        restrictions.late_masks = Some(Box::new(move || {
+            std::thread::sleep(search_takes);
+            search()
+        }));
+        let output = Output::Capture { max_bytes: 4096 };
+        Some(start_with(
+            prepared,
+            Input::Null,
+            output,
+            Some(Duration::from_secs(20)),
+        ))
+    }
+
+    /// Where chitti finds and mounts the masks after the fork (root), the supervisor adds
+    /// the Landlock rules, before the command starts: the command runs under them (it
+    /// writes in the workspace, not outside it), and the credential location is masked.
+    #[test]
+    fn rules_added_by_the_supervisor_hold_for_the_command() {
+        let fx = Fixture::new();
+        let inside = fx.ws.join("written");
+        let outside = fx.outside.join("written");
+        let script = format!(
+            "echo in > '{}'; echo out > '{}'; cat '{}'",
+            inside.display(),
+            outside.display(),
+            fx.home.join(".ssh/id_ed25519").display()
+        );
+        let rules = |rules| rules;
+        let Some(started) = start_finding_masks_later(&fx, &script, rules, Duration::ZERO) else {
+            return;
+        };
+        let outcome = outcome_of(started.unwrap());
+        assert_eq!(
+            std::fs::read_to_string(&inside).unwrap(),
+            "in\n",
+            "{outcome:?}"
+        );
+        assert!(
+            !outside.exists(),
+            "written outside the workspace: {outcome:?}"
+        );
+        assert!(
+            !String::from_utf8_lossy(&outcome.stdout.bytes).contains("PRIVATE KEY"),
+            "{outcome:?}"
+        );
+        assert_ne!(outcome.exit_code, 0, "{outcome:?}");
+    }
+
+    /// Rules the supervisor cannot all add stop the call with that reason, and the command
+    /// never runs (the file it would write does not appear). chitti's search is slowed so
+    /// that the supervisor has given up by the time chitti writes to it: the reason is the
+    /// supervisor's, not chitti's failed write.
+    #[test]
+    fn rules_the_supervisor_cannot_add_stop_the_call_with_its_reason() {
+        let fx = Fixture::new();
+        let marker = fx.ws.join("written");
+        let script = format!("echo ran > '{}'", marker.display());
+        // Every rule but a last one is in: the command could run, and must not.
+        let failing = |rules: PendingRules| -> PendingRules {
+            Box::new(move |ruleset| {
+                rules(ruleset)?;
+                Err("no last rule, on purpose".to_string())
+            })
+        };
+        let slow = Duration::from_millis(500);
+        let Some(result) = start_finding_masks_later(&fx, &script, failing, slow) else {
+            return;
+        };
+        let e = match result {
+            Err(e) => e,
+            Ok(started) => {
+                let finished = finish(started, Duration::from_secs(60), std::future::pending());
+                runtime()
+                    .block_on(finished)
+                    .expect_err("the call ran without its rules")
+            }
+        };
+        assert!(e.to_string().contains("no last rule, on purpose"), "{e}");
+        assert!(!e.to_string().contains("had started"), "{e}");
+        assert!(!e.to_string().contains("os error 0"), "{e}");
+        assert!(
+            !e.to_string().contains("cannot let the command go on"),
+            "{e}"
+        );
         assert!(!marker.exists(), "the command ran");
     }
 

@@ -68,7 +68,8 @@ pub enum Report {
 /// The restrictions the command applies to itself.
 pub struct Restrictions {
     pub landlock: OwnedFd,
-    /// Rules chitti adds to `landlock` only after forking the supervisor (see [`spawn`]).
+    /// Rules added to `landlock` only after the supervisor's fork: by chitti, or, where
+    /// chitti finds the masks after the fork, by the supervisor (see [`spawn`]).
     pub pending_rules: Option<PendingRules>,
     pub seccomp: &'static seccompiler::BpfProgram,
     /// Mounts hiding the unreadable paths, made before the capabilities go (root only).
@@ -365,7 +366,7 @@ fn spawn_here(
     let (status_read, status_write) = pipe()?;
     let (ended_read, ended_write) = pipe()?;
     let (started_read, started_write) = pipe()?;
-    let pending_rules = spec
+    let mut pending_rules = spec
         .restrictions
         .as_mut()
         .and_then(|r| r.pending_rules.take());
@@ -386,6 +387,14 @@ fn spawn_here(
         Some(_) if spec.masks_made_by == MasksMadeBy::Chitti => {
             open_pidfd(unsafe { libc::getpid() }).ok()
         }
+        _ => None,
+    };
+    // Where chitti finds and mounts the masks after the fork (root's one-shot call), that
+    // work is the longer side: the command, ready first, waits for it. The supervisor then
+    // adds the rules, before it starts the command, on the other CPU (the command starts
+    // a little later and waits a little less), and chitti says at once that they are in.
+    let rules_by_supervisor = match (&late_masks, &chitti_pidfd) {
+        (Some(_), Some(_)) => pending_rules.take(),
         _ => None,
     };
     // With rules still to add, or a namespace to make, the command waits on this pipe.
@@ -429,7 +438,7 @@ fn spawn_here(
             tmp_slot: spec.tmp_slot.take(),
             checks_budget: spec.checks_budget,
         };
-        unsafe { supervisor_main(&spec, &execve, keep, aftermath) }
+        unsafe { supervisor_main(&spec, &execve, keep, aftermath, rules_by_supervisor) }
     }
     for after in &mut spec.after {
         after.disarm();
@@ -440,16 +449,19 @@ fn spawn_here(
     // every rule is in: it waits for the byte written below, and fails on end of file,
     // which is all it gets if a rule cannot be added or chitti dies meanwhile.
     let mut rules_added = Ok(());
+    // Whether the supervisor is gone before the command could go on: its report says why.
+    let mut supervisor_gone = false;
     // Whether this process moved into the masks' namespace for good (`MasksMadeBy::Chitti`).
     let mut in_own_namespace = false;
     if let (Some((go_read, go_write)), Some(restrictions)) = (go, spec.restrictions.as_ref()) {
         drop(go_read);
         super::cpu::move_to_another_cpu(pid);
-        let send = |byte: u8| {
+        let mut send = |byte: u8| {
             if unsafe { libc::write(go_write.as_raw_fd(), [byte].as_ptr().cast(), 1) } == 1 {
                 Ok(())
             } else {
                 let e = std::io::Error::last_os_error();
+                supervisor_gone = e.raw_os_error() == Some(libc::EPIPE);
                 Err(format!("cannot let the command go on: {e}"))
             }
         };
@@ -538,17 +550,19 @@ fn spawn_here(
         // The command gives up at the closed pipe; the supervisor reports that and exits.
         drop(lifeline_write);
         unsafe { libc::waitpid(pid, std::ptr::null_mut(), 0) };
-        let ran = match Ending::parse(&read_report(status_read)) {
-            Some(ending) => !matches!(
-                ending.report,
-                Report::SetupFailed { .. } | Report::ExecFailed { .. }
-            ),
-            None => true,
-        };
-        return Err(std::io::Error::other(if ran {
-            format!("{e} (and the command had started all the same: it was killed)")
-        } else {
-            e
+        let report = Ending::parse(&read_report(status_read)).map(|ending| ending.report);
+        let ran = !matches!(
+            report,
+            Some(Report::SetupFailed { .. } | Report::ExecFailed { .. })
+        );
+        return Err(std::io::Error::other(match report {
+            // Gone first (the rules it adds could not all be added): chitti's own failure
+            // to write to it only echoes that.
+            Some(Report::SetupFailed { step, errno }) if supervisor_gone => {
+                setup_failure(&step, errno)
+            }
+            _ if ran => format!("{e} (and the command had started all the same: it was killed)"),
+            _ => e,
         }));
     }
     let pidfd = match open_pidfd(pid) {
@@ -652,6 +666,7 @@ unsafe fn supervisor_main(
     execve: &Execve,
     keep: Keep,
     aftermath: Aftermath,
+    rules: Option<PendingRules>,
 ) -> ! {
     // Counted from here, before chitti starts its own timer (none where it is too far off
     // to be told).
@@ -727,6 +742,20 @@ unsafe fn supervisor_main(
                 Report::SetupFailed {
                     step: "claiming the private TMPDIR".into(),
                     errno,
+                },
+                aftermath,
+                fds,
+            );
+        }
+    }
+    // The rules, where they are this process's to add (see `spawn`): every one is in
+    // before the command exists, and none is added in chitti's namespace of masks.
+    if let (Some(add), Some(ruleset)) = (rules, fds.landlock) {
+        if let Err(e) = add(BorrowedFd::borrow_raw(ruleset)) {
+            finish(
+                Report::SetupFailed {
+                    step: format!("adding the Landlock rules: {e}"),
+                    errno: 0,
                 },
                 aftermath,
                 fds,
@@ -903,6 +932,15 @@ unsafe fn command_main(
     }
     execve.exec();
     fail(b"exec", last_error())
+}
+
+/// A set-up step that failed, as said to the user: `errno` 0 when `step` says why itself.
+pub fn setup_failure(step: &str, errno: i32) -> String {
+    if errno == 0 {
+        step.to_string()
+    } else {
+        format!("{step}: {}", std::io::Error::from_raw_os_error(errno))
+    }
 }
 
 /// What to do when the masks cannot be made: words for the one who started chitti,
