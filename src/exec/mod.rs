@@ -1629,10 +1629,24 @@ mod tests {
         script: &str,
         wrap: impl FnOnce(PendingRules) -> PendingRules,
     ) -> Option<Result<Started, SandboxError>> {
-        let mut prepared = prepare_sh(fx, script)?;
+        Some(start_with_rules_wrapped(
+            prepare_sh(fx, script)?,
+            wrap,
+            |_| {},
+        ))
+    }
+
+    /// Starts `prepared` (a landlock call, output captured) with its Landlock rules passed
+    /// through `wrap`, after `change` had its launch spec.
+    fn start_with_rules_wrapped(
+        mut prepared: Prepared,
+        wrap: impl FnOnce(PendingRules) -> PendingRules,
+        change: impl FnOnce(&mut crate::sandbox::linux::supervisor::LaunchSpec),
+    ) -> Result<Started, SandboxError> {
         let Launch::Supervised(spec) = &mut prepared.launch else {
             panic!("a landlock call runs under a supervisor");
         };
+        change(spec);
         let restrictions = spec.restrictions.as_mut().expect("landlock restrictions");
         let rules = restrictions
             .pending_rules
@@ -1640,12 +1654,7 @@ mod tests {
             .expect("a one-shot call adds its rules after the fork");
         restrictions.pending_rules = Some(wrap(rules));
         let output = Output::Capture { max_bytes: 4096 };
-        Some(start_with(
-            prepared,
-            Input::Null,
-            output,
-            Some(Duration::from_secs(20)),
-        ))
+        start_with(prepared, Input::Null, output, Some(Duration::from_secs(20)))
     }
 
     /// The command restricts itself only once chitti has added every rule: rules that
@@ -1670,6 +1679,15 @@ mod tests {
         assert_eq!(std::fs::read_to_string(&marker).unwrap(), "ok\n");
     }
 
+    /// `rules`, then a failure: every rule but a last one is in, so that the command could
+    /// run, and must not.
+    fn all_but_a_last_rule(rules: PendingRules) -> PendingRules {
+        Box::new(move |ruleset| {
+            rules(ruleset)?;
+            Err("no last rule, on purpose".to_string())
+        })
+    }
+
     /// Rules that cannot all be added stop the call: it fails with chitti's reason, and the
     /// command never runs (the file it would write does not appear).
     #[test]
@@ -1677,14 +1695,7 @@ mod tests {
         let fx = Fixture::new();
         let marker = fx.ws.join("written");
         let script = format!("echo ran > '{}'", marker.display());
-        // Every rule but a last one is in: the command could run, and must not.
-        let failing = |rules: PendingRules| -> PendingRules {
-            Box::new(move |ruleset| {
-                rules(ruleset)?;
-                Err("no last rule, on purpose".to_string())
-            })
-        };
-        let Some(result) = start_with_rules(&fx, &script, failing) else {
+        let Some(result) = start_with_rules(&fx, &script, all_but_a_last_rule) else {
             return;
         };
         let Err(e) = result else {
@@ -1718,37 +1729,25 @@ mod tests {
         }
         let (policy, search) = fx.source.resolve_without_credentials().unwrap();
         let command: Vec<std::ffi::OsString> = vec!["sh".into(), "-c".into(), script.into()];
-        let mut prepared = crate::sandbox::linux::prepare_finding_credentials_later(
+        let prepared = crate::sandbox::linux::prepare_finding_credentials_later(
             &policy, search, &command, &fx.ws, None,
         )
         .unwrap();
-        let Launch::Supervised(spec) = &mut prepared.launch else {
-            panic!("a landlock call runs under a supervisor");
+        let slowed = |spec: &mut crate::sandbox::linux::supervisor::LaunchSpec| {
+            // This test process has other threads: the namespace is made on a thread of its
+            // own, as a session's is.
+            spec.masks_made_by = crate::sandbox::linux::supervisor::MasksMadeBy::ChittiThread;
+            let restrictions = spec.restrictions.as_mut().expect("landlock restrictions");
+            let search = restrictions
+                .late_masks
+                .take()
+                .expect("masks found after the fork");
+            restrictions.late_masks = Some(Box::new(move || {
+                std::thread::sleep(search_takes);
+                search()
+            }));
         };
-        // This test process has other threads: the namespace is made on a thread of its
-        // own, as a session's is.
-        spec.masks_made_by = crate::sandbox::linux::supervisor::MasksMadeBy::ChittiThread;
-        let restrictions = spec.restrictions.as_mut().expect("landlock restrictions");
-        let rules = restrictions
-            .pending_rules
-            .take()
-            .expect("a one-shot call adds its rules after the fork");
-        restrictions.pending_rules = Some(wrap(rules));
-        let search = restrictions
-            .late_masks
-            .take()
-            .expect("masks found after the fork");
-        restrictions.late_masks = Some(Box::new(move || {
-            std::thread::sleep(search_takes);
-            search()
-        }));
-        let output = Output::Capture { max_bytes: 4096 };
-        Some(start_with(
-            prepared,
-            Input::Null,
-            output,
-            Some(Duration::from_secs(20)),
-        ))
+        Some(start_with_rules_wrapped(prepared, wrap, slowed))
     }
 
     /// Where chitti finds and mounts the masks after the fork (root), the supervisor adds
@@ -1795,14 +1794,8 @@ mod tests {
         let fx = Fixture::new();
         let marker = fx.ws.join("written");
         let script = format!("echo ran > '{}'", marker.display());
-        // Every rule but a last one is in: the command could run, and must not.
-        let failing = |rules: PendingRules| -> PendingRules {
-            Box::new(move |ruleset| {
-                rules(ruleset)?;
-                Err("no last rule, on purpose".to_string())
-            })
-        };
         let slow = Duration::from_millis(500);
+        let failing = all_but_a_last_rule;
         let Some(result) = start_finding_masks_later(&fx, &script, failing, slow) else {
             return;
         };
@@ -2203,7 +2196,6 @@ mod tests {
     /// for a running call's.
     #[test]
     fn a_killed_supervisor_ends_its_call_though_a_copy_of_its_lock_lives_on() {
-        use std::os::unix::process::CommandExt;
         let fx = Fixture::new();
         let state = tempfile::tempdir().unwrap();
         let config = fx.ws.join(".git/config");
@@ -2219,16 +2211,7 @@ mod tests {
         let [lock] = crate::sandbox::AfterCall::fds(&snapshot)[..] else {
             panic!("one descriptor: the lock file's");
         };
-        let mut copy = std::process::Command::new("sleep");
-        copy.arg("60");
-        unsafe {
-            copy.pre_exec(move || {
-                let flags = libc::fcntl(lock, libc::F_GETFD);
-                libc::fcntl(lock, libc::F_SETFD, flags & !libc::FD_CLOEXEC);
-                Ok(())
-            });
-        }
-        let mut copy = copy.spawn().unwrap();
+        let mut copy = crate::sandbox::shared_baseline::holding_a_copy_of(lock);
         let Some(started) = start_sh_checked_by(&fx, "exec sleep 60", Box::new(snapshot)) else {
             let _ = copy.kill();
             let _ = copy.wait();

@@ -327,6 +327,24 @@ pub(crate) fn an_exited_process() -> libc::pid_t {
     })
 }
 
+/// For tests: a child holding a copy of descriptor `fd` of this process (an open file
+/// description's locks go with it) until killed: what a child that another call forks is,
+/// until it closes what it does not keep.
+#[cfg(test)]
+pub(crate) fn holding_a_copy_of(fd: RawFd) -> std::process::Child {
+    use std::os::unix::process::CommandExt;
+    let mut sleep = std::process::Command::new("sleep");
+    sleep.arg("60");
+    unsafe {
+        sleep.pre_exec(move || {
+            let flags = libc::fcntl(fd, libc::F_GETFD);
+            libc::fcntl(fd, libc::F_SETFD, flags & !libc::FD_CLOEXEC);
+            Ok(())
+        });
+    }
+    sleep.spawn().unwrap()
+}
+
 /// For tests: waits until `child` has exited, without reaping it.
 #[cfg(test)]
 pub(crate) fn until_exited(child: &std::process::Child) {
@@ -1089,21 +1107,16 @@ mod tests {
         drop(member);
     }
 
-    /// A child holding a copy of `member`'s descriptor (its locks with it) until killed: what
-    /// another call's supervisor is until it closes what it does not keep.
-    fn holding_a_copy(member: &Member) -> std::process::Child {
-        use std::os::unix::process::CommandExt;
-        let fd = member.fd();
-        let mut sleep = std::process::Command::new("sleep");
-        sleep.arg("60");
-        unsafe {
-            sleep.pre_exec(move || {
-                let flags = libc::fcntl(fd, libc::F_GETFD);
-                libc::fcntl(fd, libc::F_SETFD, flags & !libc::FD_CLOEXEC);
-                Ok(())
-            });
-        }
-        sleep.spawn().unwrap()
+    /// A call that recorded `path`, and a child holding a copy of its lock.
+    fn recorded_with_a_copy(state: &Path, path: &Path) -> (Member, std::process::Child) {
+        let call = recording(state, path, file("clean"));
+        let copy = holding_a_copy_of(call.fd());
+        (call, copy)
+    }
+
+    /// Whether a call joining now finds the record of `path` left over.
+    fn left_over_for_the_next(state: &Path, path: &Path) -> bool {
+        join(state, &[]).unwrap().left_over(path)
     }
 
     /// A killed call's lock lives on in a copy of its descriptor: its supervisor's end says
@@ -1113,8 +1126,7 @@ mod tests {
     fn a_killed_call_is_not_kept_running_by_a_copy_of_its_lock() {
         let state = tempfile::tempdir().unwrap();
         let config = Path::new("/repo/.git/config");
-        let mut call = recording(state.path(), config, file("clean"));
-        let mut copy = holding_a_copy(&call);
+        let (mut call, mut copy) = recorded_with_a_copy(state.path(), config);
         let mut supervisor = std::process::Command::new("sleep")
             .arg("60")
             .spawn()
@@ -1122,20 +1134,11 @@ mod tests {
         call.supervised_by(supervisor.id() as libc::pid_t);
         call.disarm();
         drop(call);
-        let next = join(state.path(), &[]).unwrap();
-        assert!(
-            !next.left_over(config),
-            "its supervisor runs: so does the call"
-        );
-        drop(next);
+        let ended = || left_over_for_the_next(state.path(), config);
+        assert!(!ended(), "its supervisor runs: so does the call");
         supervisor.kill().unwrap();
         until_exited(&supervisor); // not reaped yet: a zombie has ended too
-        let next = join(state.path(), &[]).unwrap();
-        assert!(
-            next.left_over(config),
-            "a copy of its lock kept a killed call running"
-        );
-        drop(next);
+        assert!(ended(), "a copy of its lock kept a killed call running");
         supervisor.wait().unwrap();
         copy.kill().unwrap();
         copy.wait().unwrap();
@@ -1147,26 +1150,22 @@ mod tests {
     fn a_call_named_from_another_pid_namespace_is_judged_by_its_lock() {
         let state = tempfile::tempdir().unwrap();
         let config = Path::new("/repo/.git/config");
-        let mut call = recording(state.path(), config, file("clean"));
-        let mut copy = holding_a_copy(&call);
-        let slot = call.bit.trailing_zeros();
-        let mut identity = [0u8; IDENTITY_SPAN as usize];
-        identity[..4].copy_from_slice(&an_exited_process().to_le_bytes());
-        identity[8..].copy_from_slice(&(own_pid_namespace() + 1).to_le_bytes());
-        let at = IDENTITY_AT + u64::from(slot) * IDENTITY_SPAN;
-        call.file.write_all_at(&identity, at).unwrap();
+        let (mut call, mut copy) = recorded_with_a_copy(state.path(), config);
+        let elsewhere = own_pid_namespace() + 1;
+        name_holder(
+            &call.file,
+            call.bit.trailing_zeros(),
+            an_exited_process(),
+            elsewhere,
+        )
+        .unwrap();
         call.disarm();
         drop(call);
-        let next = join(state.path(), &[]).unwrap();
-        assert!(
-            !next.left_over(config),
-            "taken for ended by a pid of another namespace"
-        );
-        drop(next);
+        let ended = || left_over_for_the_next(state.path(), config);
+        assert!(!ended(), "taken for ended by a pid of another namespace");
         copy.kill().unwrap();
         copy.wait().unwrap();
-        let next = join(state.path(), &[]).unwrap();
-        assert!(next.left_over(config), "the lock went with the last copy");
+        assert!(ended(), "the lock went with the last copy");
     }
 
     #[test]
