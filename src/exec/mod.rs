@@ -2224,9 +2224,8 @@ mod tests {
         let finished = finish(started, Duration::from_secs(60), std::future::pending());
         let lost = runtime().block_on(finished);
         assert!(matches!(lost, Err(SandboxError::Lost(_))), "{lost:?}");
-        let next = crate::sandbox::shared_baseline::join(state.path(), &[]).unwrap();
-        let left_over = next.left_over(&config);
-        drop(next);
+        let left_over =
+            crate::sandbox::shared_baseline::left_over_for_the_next(state.path(), &config);
         copy.kill().unwrap();
         copy.wait().unwrap();
         assert!(left_over, "the killed call was taken for a running one");

@@ -345,6 +345,13 @@ pub(crate) fn holding_a_copy_of(fd: RawFd) -> std::process::Child {
     sleep.spawn().unwrap()
 }
 
+/// For tests: whether a call joining now, in the store under `state_dir`, finds the record
+/// of `path` left over.
+#[cfg(test)]
+pub(crate) fn left_over_for_the_next(state_dir: &Path, path: &Path) -> bool {
+    join(state_dir, &[]).unwrap().left_over(path)
+}
+
 /// For tests: waits until `child` has exited, without reaping it.
 #[cfg(test)]
 pub(crate) fn until_exited(child: &std::process::Child) {
@@ -465,19 +472,12 @@ fn holder_has_exited(file: &std::fs::File, slot: u32) -> bool {
 
 #[cfg(target_os = "linux")]
 fn has_exited(pid: libc::pid_t) -> bool {
-    use std::os::fd::{FromRawFd, OwnedFd};
-    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
-    if fd < 0 {
-        return std::io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH);
-    }
-    let pidfd = unsafe { OwnedFd::from_raw_fd(fd as RawFd) };
+    use super::linux::vfork::{open_pidfd, wait_readable};
     // A pidfd is readable once its process has exited, reaped or not.
-    let mut poll = libc::pollfd {
-        fd: pidfd.as_raw_fd(),
-        events: libc::POLLIN,
-        revents: 0,
-    };
-    unsafe { libc::poll(&mut poll, 1, 0) == 1 && poll.revents & libc::POLLIN != 0 }
+    match open_pidfd(pid) {
+        Ok(pidfd) => wait_readable(&pidfd, Duration::ZERO),
+        Err(e) => e.raw_os_error() == Some(libc::ESRCH),
+    }
 }
 
 /// Gone, rather than a zombie (taken for running: the lock decides then).
@@ -1112,11 +1112,6 @@ mod tests {
         let call = recording(state, path, file("clean"));
         let copy = holding_a_copy_of(call.fd());
         (call, copy)
-    }
-
-    /// Whether a call joining now finds the record of `path` left over.
-    fn left_over_for_the_next(state: &Path, path: &Path) -> bool {
-        join(state, &[]).unwrap().left_over(path)
     }
 
     /// A killed call's lock lives on in a copy of its descriptor: its supervisor's end says

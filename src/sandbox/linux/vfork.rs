@@ -264,7 +264,8 @@ impl Execve<'_> {
     }
 }
 
-/// A pidfd for our own unreaped child: its pid cannot be reused meanwhile.
+/// A pidfd for process `pid`. For our own unreaped child, the pid cannot be reused
+/// meanwhile: the pidfd is surely that child's.
 pub fn open_pidfd(pid: libc::pid_t) -> io::Result<OwnedFd> {
     let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
     if fd < 0 {
@@ -274,15 +275,16 @@ pub fn open_pidfd(pid: libc::pid_t) -> io::Result<OwnedFd> {
 }
 
 /// Waits until `fd` is readable (a pidfd whose process has exited, a pipe at EOF), `limit`
-/// at most. A signal or the limit ends the wait early; the caller goes on all the same.
-pub fn wait_readable(fd: &OwnedFd, limit: std::time::Duration) {
+/// at most (zero: only looks); whether it is. A signal or the limit ends the wait early;
+/// the caller goes on all the same.
+pub fn wait_readable(fd: &OwnedFd, limit: std::time::Duration) -> bool {
     let mut poll = libc::pollfd {
         fd: fd.as_raw_fd(),
         events: libc::POLLIN,
         revents: 0,
     };
     let ms = limit.as_millis().min(i32::MAX as u128) as i32;
-    unsafe { libc::poll(&mut poll, 1, ms) };
+    unsafe { libc::poll(&mut poll, 1, ms) == 1 }
 }
 
 #[cfg(test)]
