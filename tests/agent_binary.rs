@@ -7,8 +7,25 @@ mod common;
 use std::os::unix::fs::{symlink, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
+use std::sync::{Mutex, MutexGuard};
 
 use common::{chitti_bin, marker, scratch_root};
+
+/// Held while a test writes an executable and while one starts a process. A child forked
+/// while another test's new executable is still open for writing holds that descriptor
+/// until it execs, and running the file meanwhile fails with ETXTBSY ("Text file busy",
+/// seen once in CI).
+static EXECUTABLES: Mutex<()> = Mutex::new(());
+
+fn executables() -> MutexGuard<'static, ()> {
+    EXECUTABLES.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// `command`'s output, started while no test writes an executable.
+fn output(command: &mut Command) -> std::io::Result<Output> {
+    let _writing_none = executables();
+    command.output()
+}
 
 /// A fresh directory under the scratch root.
 fn fresh_dir(tag: &str) -> PathBuf {
@@ -20,8 +37,16 @@ fn fresh_dir(tag: &str) -> PathBuf {
 /// A copy of the chitti binary under test in `dir`.
 fn copy_chitti(dir: &Path) -> PathBuf {
     let copy = dir.join("chitti");
+    let _starting_none = executables();
     std::fs::copy(chitti_bin(), &copy).expect("copy chitti");
     copy
+}
+
+/// An executable script at `path` holding `text`.
+fn write_script(path: &Path, text: &str) {
+    let _starting_none = executables();
+    std::fs::write(path, text).expect("write a script");
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o755)).expect("chmod");
 }
 
 /// An executable script at `path` that records its arguments in `record` and exits 7.
@@ -30,8 +55,7 @@ fn recording_script(path: &Path, record: &Path) {
         "#!/bin/sh\nprintf '%s\\n' \"$@\" > '{}'\nexit 7\n",
         record.display()
     );
-    std::fs::write(path, script).expect("write a script");
-    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    write_script(path, &script);
 }
 
 /// A copy of chitti in a fresh directory, beside a `chitti-agent` that records its
@@ -45,11 +69,7 @@ fn chitti_beside_recording_agent(tag: &str) -> (PathBuf, PathBuf) {
 }
 
 fn run(chitti: &Path, args: &[&str], path_env: &Path) -> Output {
-    Command::new(chitti)
-        .args(args)
-        .env("PATH", path_env)
-        .output()
-        .expect("start chitti")
+    output(Command::new(chitti).args(args).env("PATH", path_env)).expect("start chitti")
 }
 
 #[test]
@@ -137,7 +157,10 @@ fn doctor_tells_a_usable_agent_binary_from_one_that_cannot_serve() {
     copy_chitti(&dir);
     let agent = dir.join("chitti-agent");
 
-    std::fs::copy(chitti_bin().with_file_name("chitti-agent"), &agent).expect("copy the agent");
+    {
+        let _starting_none = executables();
+        std::fs::copy(chitti_bin().with_file_name("chitti-agent"), &agent).expect("copy the agent");
+    }
     let report = doctor(&dir);
     assert_eq!(report["agent_binary"]["present"], true, "{report}");
 
@@ -171,31 +194,28 @@ fn an_agent_binary_from_another_build_refuses_to_serve() {
         "#!/bin/sh\nprintf '%s' \"$CHITTI_AGENT_EXPECTS\" > '{}'\nexit 7\n",
         record.display()
     );
-    std::fs::write(dir.join("chitti-agent"), script).unwrap();
-    std::fs::set_permissions(
-        dir.join("chitti-agent"),
-        std::fs::Permissions::from_mode(0o755),
-    )
-    .unwrap();
+    write_script(&dir.join("chitti-agent"), &script);
     let out = run(&chitti, &["mcp"], Path::new("/usr/bin:/bin"));
     assert_eq!(out.status.code(), Some(7));
     let handed = std::fs::read_to_string(&record).expect("the agent ran");
     assert_eq!(handed, chitti::cli::agent_binary::SOURCE_ID);
 
     let agent = chitti_bin().with_file_name("chitti-agent");
-    let out = Command::new(&agent)
-        .args(["mcp"])
-        .env("CHITTI_AGENT_EXPECTS", "0000000000000000")
-        .output()
-        .expect("start chitti-agent");
+    let out = output(
+        Command::new(&agent)
+            .args(["mcp"])
+            .env("CHITTI_AGENT_EXPECTS", "0000000000000000"),
+    )
+    .expect("start chitti-agent");
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(126), "{stderr}");
     assert!(stderr.contains("built from other sources"), "{stderr}");
     // Started by its own chitti, or by hand, it serves.
-    let out = Command::new(&agent)
-        .arg("--version")
-        .env("CHITTI_AGENT_EXPECTS", chitti::cli::agent_binary::SOURCE_ID)
-        .output()
-        .unwrap();
+    let out = output(
+        Command::new(&agent)
+            .arg("--version")
+            .env("CHITTI_AGENT_EXPECTS", chitti::cli::agent_binary::SOURCE_ID),
+    )
+    .unwrap();
     assert!(out.status.success());
 }
