@@ -397,17 +397,44 @@ fn init_tracing() {
 
 /// Out of line: inlined, the filter's parsing made the frame of every caller (`run`, where
 /// every call starts) some 3 KiB larger.
+///
+/// The filter is `target=level` directives (`debug`, `rmcp=debug,chitti=trace`), parsed by
+/// `Targets`: `EnvFilter`'s span and field matching links a regex engine into chitti, and
+/// its tables of pointers were three of the pages every start of chitti relocates.
 #[inline(never)]
 fn install_tracing() {
-    use tracing_subscriber::EnvFilter;
-    let Ok(filter) = EnvFilter::try_from_env("CHITTI_LOG") else {
+    use tracing_subscriber::layer::SubscriberExt;
+    use tracing_subscriber::util::SubscriberInitExt;
+    let Some(value) = std::env::var_os("CHITTI_LOG") else {
         return;
     };
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(filter)
+    let filter = match log_filter(&value) {
+        Ok(filter) => filter,
+        Err(problem) => {
+            eprintln!("chitti: warning: {problem}; logging stays off");
+            return;
+        }
+    };
+    let layer = tracing_subscriber::fmt::layer()
         .with_writer(std::io::stderr)
-        .without_time()
+        .without_time();
+    let _ = tracing_subscriber::registry()
+        .with(layer)
+        .with(filter)
         .try_init();
+}
+
+/// Parses CHITTI_LOG: comma-separated `level` or `target=level` directives.
+fn log_filter(value: &std::ffi::OsStr) -> Result<tracing_subscriber::filter::Targets, String> {
+    let text = value
+        .to_str()
+        .ok_or_else(|| format!("CHITTI_LOG={value:?} is not UTF-8"))?;
+    text.parse().map_err(|error| {
+        format!(
+            "CHITTI_LOG={text:?} is not a log filter ({error}); use a level (error, warn, \
+             info, debug, trace) or target=level, comma-separated"
+        )
+    })
 }
 
 /// Writes to stdout, ignoring a closed pipe (`chitti ... | head` must not panic).
@@ -432,6 +459,32 @@ fn error_line(message: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// CHITTI_LOG takes the levels and `target=level` directives the README names, and a
+    /// value that is none of them is refused with what to write instead.
+    #[test]
+    fn log_filters_are_levels_and_targets() {
+        use tracing::Level;
+        let debug = log_filter("debug".as_ref()).unwrap();
+        assert!(debug.would_enable("anything", &Level::DEBUG));
+        assert!(!debug.would_enable("anything", &Level::TRACE));
+
+        let rmcp = log_filter("rmcp=debug".as_ref()).unwrap();
+        assert!(rmcp.would_enable("rmcp::service", &Level::DEBUG));
+        assert!(!rmcp.would_enable("chitti", &Level::ERROR));
+
+        let mixed = log_filter("warn,chitti::sandbox=trace".as_ref()).unwrap();
+        assert!(mixed.would_enable("chitti::sandbox::exec", &Level::TRACE));
+        assert!(!mixed.would_enable("chitti::agent", &Level::INFO));
+        assert!(mixed.would_enable("chitti::agent", &Level::WARN));
+
+        let error = log_filter("rmcp=loud".as_ref()).unwrap_err();
+        assert!(
+            error.contains("CHITTI_LOG=\"rmcp=loud\" is not a log filter"),
+            "{error}"
+        );
+        assert!(error.contains("target=level"), "{error}");
+    }
 
     /// A model server's error text reaches the terminal with its escape sequences shown,
     /// not obeyed (a review cleared the screen and hid the next question with one).
