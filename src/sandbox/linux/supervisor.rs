@@ -960,11 +960,11 @@ const RULES_IN: u8 = b'R';
 /// Whether this process has a single thread: `unshare(CLONE_NEWNS)` moves only the
 /// calling thread, and a chitti with other threads must not be left split.
 pub fn single_threaded() -> bool {
-    // A task directory links its parent, itself and one entry per thread.
-    std::fs::metadata("/proc/self/task").is_ok_and(|m| {
-        use std::os::unix::fs::MetadataExt;
-        m.nlink() == 3
-    })
+    // The kernel's own count, with no side effect: unsharing CLONE_THREAD is refused
+    // (EINVAL) in a process with other threads and otherwise has nothing to do. A
+    // refusal for any other reason (a filter) reads as "not alone", the cautious side.
+    // Reading /proc/self/task cost some 5 us in a fresh process, twice per call.
+    nix::sched::unshare(nix::sched::CloneFlags::CLONE_THREAD).is_ok()
 }
 
 /// In the command, when chitti may have made the masks' namespace: waits for chitti's
@@ -1389,6 +1389,36 @@ mod tests {
         });
         thread.send(job).ok().unwrap();
         assert!(answered.recv().unwrap(), "a masks thread started another");
+    }
+
+    /// A process with other threads is told apart from one alone, without changing
+    /// either: the test harness runs this on a thread of its own, and a fork has one.
+    #[test]
+    fn a_process_with_threads_is_not_single_threaded() {
+        // The mount namespace's inode, read without allocating (in a fork too).
+        fn namespace() -> u64 {
+            let mut stat: libc::stat = unsafe { std::mem::zeroed() };
+            assert_eq!(
+                unsafe { libc::stat(c"/proc/self/ns/mnt".as_ptr(), &mut stat) },
+                0
+            );
+            stat.st_ino
+        }
+        let before = namespace();
+        assert!(!single_threaded(), "the test harness has other threads");
+        let child = unsafe { libc::fork() };
+        assert!(child >= 0);
+        if child == 0 {
+            // Alone in the fork; asked twice (it changed nothing), its namespace kept.
+            let alone = single_threaded() && single_threaded();
+            unsafe { libc::_exit(if alone && namespace() == before { 0 } else { 1 }) };
+        }
+        let mut status = 0;
+        assert_eq!(unsafe { libc::waitpid(child, &mut status, 0) }, child);
+        assert!(libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0);
+        let thread = std::thread::spawn(single_threaded);
+        assert!(!thread.join().unwrap(), "asked from a second thread");
+        assert_eq!(namespace(), before);
     }
 
     /// The go byte is waited for past the spinning, however the pipe was left by the wait
