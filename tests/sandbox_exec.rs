@@ -82,6 +82,7 @@ on_both_backends!(
     exit_code_is_propagated,
     signal_death_is_128_plus_signal,
     missing_command_is_127,
+    missing_command_in_a_kept_repository_is_127_and_changes_nothing,
     missing_interpreter_is_127,
     command_writing_like_bwrap_keeps_its_exit_code,
     non_executable_is_126,
@@ -1591,6 +1592,38 @@ fn missing_command_is_127(backend: &str) {
     assert_eq!(ran.code, Some(127), "{ran}");
     assert!(ran.stderr.contains("chitti-no-such-command-xyz"), "{ran}");
     assert!(!fx.ws(".git/hooks").exists(), "{ran}");
+}
+
+/// With nothing to create first, a one-shot landlock call leaves the program's search to
+/// its supervisor: the same 127 and words as a search before the fork (on every
+/// backend), the call's record of the repository let go, and the next call unhindered.
+fn missing_command_in_a_kept_repository_is_127_and_changes_nothing(backend: &str) {
+    let fx = Fixture::new();
+    fx.init_repo("initial");
+    let config = std::fs::read(fx.ws(".git/config")).unwrap();
+    for json in [false, true] {
+        let chitti = fx.chitti(backend);
+        let chitti = if json { chitti.opt("--json") } else { chitti };
+        let ran = chitti.run(&["chitti-no-such-command-xyz", "arg"]);
+        assert_eq!(ran.code, Some(127), "{ran}");
+        assert!(
+            ran.stderr.contains(
+                "chitti-no-such-command-xyz: command not found (searched the sandbox PATH)"
+            ),
+            "{ran}"
+        );
+        if json {
+            assert_eq!(ran.json()["exit_code"], serde_json::json!(127), "{ran}");
+        }
+    }
+    assert_eq!(std::fs::read(fx.ws(".git/config")).unwrap(), config);
+    let ran = fx.chitti(backend).run(&["sh", "-c", "touch ran"]);
+    assert_eq!(ran.code, Some(0), "{ran}");
+    assert!(fx.ws("ran").exists(), "{ran}");
+    assert!(
+        !ran.stderr.contains("chitti:"),
+        "the next call was told something:\n{ran}"
+    );
 }
 
 /// A script whose `#!` interpreter does not exist: the exec fails inside the sandbox,

@@ -448,7 +448,19 @@ fn start_with(
                 },
                 wait_for_start,
             )
-            .map_err(|e| SandboxError::Unavailable(format!("cannot start the sandbox: {e}")))?;
+            .map_err(|e| {
+                // The program, looked up by the supervisor, is not there or not runnable.
+                match e
+                    .get_ref()
+                    .and_then(|e| e.downcast_ref::<supervisor::Unrunnable>())
+                {
+                    Some(unrunnable) if unrunnable.not_found => {
+                        SandboxError::NotFound(unrunnable.message.clone())
+                    }
+                    Some(unrunnable) => SandboxError::NotExecutable(unrunnable.message.clone()),
+                    None => SandboxError::Unavailable(format!("cannot start the sandbox: {e}")),
+                }
+            })?;
             // Kept until the call is over, then released (see `namespace_release`).
             call.held.push(Box::new(sup.namespace_holder));
             leader = None;
@@ -881,6 +893,12 @@ fn apply_report(
                 "cannot execute the command {program}: {}",
                 errno_text(errno)
             )))
+        }
+        Some(Report::Unrunnable { message, not_found }) => {
+            return Err(match not_found {
+                true => SandboxError::NotFound(message),
+                false => SandboxError::NotExecutable(message),
+            })
         }
         Some(Report::SetupFailed { step, errno }) => {
             return Err(SandboxError::Unavailable(format!(

@@ -307,12 +307,21 @@ pub fn resolve_command(
     env: &[(OsString, OsString)],
     cwd: &Path,
 ) -> Result<PathBuf, SandboxError> {
+    find_program(program, crate::policy::env::get(env, "PATH"), cwd)
+}
+
+/// [`resolve_command`] given the sandbox's PATH alone.
+pub fn find_program(
+    program: &OsString,
+    path_var: Option<&std::ffi::OsStr>,
+    cwd: &Path,
+) -> Result<PathBuf, SandboxError> {
     use std::os::unix::fs::PermissionsExt;
     let name = program.to_string_lossy();
     let path = if name.contains('/') {
         cwd.join(program)
     } else {
-        let search = crate::policy::env::get(env, "PATH").unwrap_or_default();
+        let search = path_var.unwrap_or_default();
         which::which_in(program, Some(search), cwd).map_err(|_| {
             SandboxError::NotFound(format!(
                 "{name}: command not found (searched the sandbox PATH)"
@@ -577,18 +586,29 @@ fn create_dir_nofollow(path: &Path) -> std::io::Result<()> {
     std::fs::create_dir(path)
 }
 
+/// The `hooks` directories of protected repositories that do not exist (yet).
+fn hooks_to_make(policy: &Policy) -> impl Iterator<Item = &PathBuf> {
+    policy
+        .read_only
+        .iter()
+        .filter(|path| path.ends_with("hooks") && !path.exists())
+}
+
+/// Whether [`create_missing_hooks`] has a directory to make.
+pub fn missing_hooks(policy: &Policy) -> bool {
+    hooks_to_make(policy).next().is_some()
+}
+
 /// Creates missing `hooks` directories of protected repositories, so that they can be
 /// held read-only (a missing one could otherwise be created with a hook inside).
 pub fn create_missing_hooks(policy: &Policy) -> Result<(), SandboxError> {
-    for path in &policy.read_only {
-        if path.ends_with("hooks") && !path.exists() {
-            create_dir_nofollow(path).map_err(|e| {
-                SandboxError::Unavailable(format!(
-                    "cannot create {} to protect it: {e}",
-                    path.display()
-                ))
-            })?;
-        }
+    for path in hooks_to_make(policy) {
+        create_dir_nofollow(path).map_err(|e| {
+            SandboxError::Unavailable(format!(
+                "cannot create {} to protect it: {e}",
+                path.display()
+            ))
+        })?;
     }
     Ok(())
 }

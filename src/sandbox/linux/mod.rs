@@ -372,7 +372,15 @@ fn prepare_supervised(
     // `none` enforces nothing, but the environment allow-list still applies: it costs
     // nothing and keeps API keys out of commands the user did not mean to trust.
     let env = sandbox_env(policy, backend, tmp.as_ref().map(PrivateTmp::path));
-    let program = super::resolve_command(&command[0], &env, cwd)?;
+    // A one-shot call's program is looked up by its supervisor, beside chitti's side of
+    // the fork rather than before it, unless a missing `hooks` directory is to be made
+    // below: that must wait until the program is known to exist. A session's is looked up
+    // here, where a server's calls share one process.
+    let search_later = session.is_none() && !super::missing_hooks(policy);
+    let program = match search_later {
+        true => PathBuf::from(&command[0]),
+        false => super::resolve_command(&command[0], &env, cwd)?,
+    };
     if sandboxed {
         // Only once the command is known to exist: a call that cannot run changes nothing
         // (the private TMPDIR above goes when `tmp` is dropped).
@@ -388,6 +396,13 @@ fn prepare_supervised(
     // The supervisor repairs and cleans up, so that it happens even if chitti is killed.
     spec.after = after;
     spec.timeout = Some(policy.timeout);
+    if search_later {
+        spec.find_program = Some(supervisor::ProgramSearch {
+            name: command[0].clone(),
+            path_var: crate::policy::env::get(&env, "PATH").map(OsString::from),
+            cwd: cwd.to_path_buf(),
+        });
+    }
     let mut temp_dirs = Vec::new();
     match tmp {
         Some(PrivateTmp::Fresh((dir, path))) => {

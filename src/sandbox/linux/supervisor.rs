@@ -63,6 +63,12 @@ pub enum Report {
         step: String,
         errno: i32,
     },
+    /// The program is not on the sandbox's PATH, or is no executable file, as the
+    /// supervisor found when it looked (see [`LaunchSpec::find_program`]); nothing ran.
+    Unrunnable {
+        message: String,
+        not_found: bool,
+    },
 }
 
 /// The restrictions the command applies to itself.
@@ -117,6 +123,53 @@ pub struct LaunchSpec {
     /// How long the supervisor's checks may take once the call's processes are dead: a
     /// little less than chitti waits for them, and a bound where chitti is gone.
     pub checks_budget: std::time::Duration,
+    /// The program, still to be looked up on PATH by the supervisor before it claims
+    /// anything (`image` names it as typed meanwhile). A one-shot call leaves the search
+    /// to it: the supervisor's side of the fork has time to spare, chitti's has none.
+    pub find_program: Option<ProgramSearch>,
+}
+
+/// [`Report::Unrunnable`] as [`spawn`]'s error, where the supervisor had given up
+/// before chitti's last word to it.
+#[derive(Debug)]
+pub struct Unrunnable {
+    pub message: String,
+    pub not_found: bool,
+}
+
+impl std::fmt::Display for Unrunnable {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+impl std::error::Error for Unrunnable {}
+
+/// What the supervisor needs to look a program up as [`crate::sandbox::find_program`]
+/// does before the fork: the same PATH and directory, the same answers.
+pub struct ProgramSearch {
+    pub name: OsString,
+    /// The sandbox's PATH (its environment's, not chitti's).
+    pub path_var: Option<OsString>,
+    pub cwd: std::path::PathBuf,
+}
+
+impl ProgramSearch {
+    /// The program's path, or the report of a call that cannot run.
+    fn run(&self) -> Result<CString, Report> {
+        use crate::sandbox::SandboxError;
+        let unrunnable = |message, not_found| Report::Unrunnable { message, not_found };
+        match crate::sandbox::find_program(&self.name, self.path_var.as_deref(), &self.cwd) {
+            Ok(path) => c_string(path.as_os_str().as_bytes())
+                .map_err(|step| Report::SetupFailed { step, errno: 0 }),
+            Err(SandboxError::NotFound(message)) => Err(unrunnable(message, true)),
+            Err(SandboxError::NotExecutable(message)) => Err(unrunnable(message, false)),
+            Err(other) => Err(Report::SetupFailed {
+                step: format!("looking the program up: {other}"),
+                errno: 0,
+            }),
+        }
+    }
 }
 
 /// The supervisor's word on the call: how the command ended and what had to be repaired.
@@ -168,6 +221,7 @@ impl LaunchSpec {
             tmp_slot: None,
             timeout: None,
             checks_budget: CHECKS_PATIENCE.saturating_sub(CHECKS_OWN_MARGIN),
+            find_program: None,
         })
     }
 }
@@ -553,13 +607,18 @@ fn spawn_here(
         let report = Ending::parse(&read_report(status_read)).map(|ending| ending.report);
         let ran = !matches!(
             report,
-            Some(Report::SetupFailed { .. } | Report::ExecFailed { .. })
+            Some(
+                Report::SetupFailed { .. } | Report::ExecFailed { .. } | Report::Unrunnable { .. }
+            )
         );
         return Err(std::io::Error::other(match report {
-            // Gone first (the rules it adds could not all be added): chitti's own failure
-            // to write to it only echoes that.
+            // Gone first (the rules it adds could not all be added, the program is not
+            // there): chitti's own failure to write to it only echoes that.
             Some(Report::SetupFailed { step, errno }) if supervisor_gone => {
                 setup_failure(&step, errno)
+            }
+            Some(Report::Unrunnable { message, not_found }) if supervisor_gone => {
+                return Err(std::io::Error::other(Unrunnable { message, not_found }));
             }
             _ if ran => format!("{e} (and the command had started all the same: it was killed)"),
             _ => e,
@@ -718,6 +777,18 @@ unsafe fn supervisor_main(
     // chitti may hold its termination signals back while it starts a call; not here.
     super::vfork::unblock_all_signals();
     libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0);
+
+    // The program, where chitti left its search here: before anything is claimed, so
+    // that a call that cannot run changes nothing.
+    let found = match spec.find_program.as_ref().map(ProgramSearch::run) {
+        None => None,
+        Some(Ok(program)) => Some(program),
+        Some(Err(report)) => finish(report, aftermath, fds),
+    };
+    let found_execve = found
+        .as_ref()
+        .map(|program| spec.image.execve_with(program));
+    let execve = found_execve.as_ref().unwrap_or(execve);
 
     // Non-blocking: see the read below.
     let step_pipe =
@@ -1350,6 +1421,10 @@ unsafe fn finish(report: Report, aftermath: Aftermath, fds: Fds) -> ! {
         Report::ExecFailed { errno } if *errno == libc::ENOENT => 127,
         Report::ExecFailed { .. } => 126,
         Report::SetupFailed { .. } => 125,
+        Report::Unrunnable {
+            not_found: true, ..
+        } => 127,
+        Report::Unrunnable { .. } => 126,
     };
     let ending = Ending {
         report,

@@ -199,6 +199,12 @@ impl ExecImage {
     /// The null-terminated pointer arrays, valid while `self` lives. Build them before the
     /// clone (they allocate); [`Execve::exec`] then only makes the system call.
     pub fn execve(&self) -> Execve<'_> {
+        self.execve_with(&self.program)
+    }
+
+    /// [`ExecImage::execve`] of `program` in place of the one this image was made with
+    /// (a program the supervisor found on PATH itself, see `LaunchSpec::find_program`).
+    pub fn execve_with<'a>(&'a self, program: &'a CString) -> Execve<'a> {
         let pointers = |strings: &[CString]| {
             strings
                 .iter()
@@ -210,7 +216,7 @@ impl ExecImage {
         // (the name as typed when it has a slash, else the path found on PATH).
         let file = match self.argv.first() {
             Some(typed) if typed.as_bytes().contains(&b'/') => typed,
-            _ => &self.program,
+            _ => program,
         };
         let script_argv = [BIN_SH.as_ptr(), file.as_ptr()]
             .into_iter()
@@ -218,7 +224,7 @@ impl ExecImage {
             .chain(std::iter::once(std::ptr::null()))
             .collect();
         Execve {
-            program: &self.program,
+            program,
             argv: pointers(&self.argv),
             envp: pointers(&self.envp),
             script_argv,
