@@ -263,6 +263,7 @@ fn prepare_supervised(
     session: Option<&super::SessionCache>,
 ) -> Result<Prepared, SandboxError> {
     let sandboxed = backend == Backend::Landlock;
+    let masks_after_fork = sandboxed && credentials_later.is_some();
     let mut after: Vec<Box<dyn super::AfterCall>> = Vec::new();
     let mut tmp: Option<PrivateTmp> = None;
     let mut held: Vec<Box<dyn std::any::Any + Send>> = Vec::new();
@@ -372,11 +373,13 @@ fn prepare_supervised(
     // `none` enforces nothing, but the environment allow-list still applies: it costs
     // nothing and keeps API keys out of commands the user did not mean to trust.
     let env = sandbox_env(policy, backend, tmp.as_ref().map(PrivateTmp::path));
-    // A one-shot call's program is looked up by its supervisor, beside chitti's side of
-    // the fork rather than before it, unless a missing `hooks` directory is to be made
-    // below: that must wait until the program is known to exist. A session's is looked up
-    // here, where a server's calls share one process.
-    let search_later = session.is_none() && !super::missing_hooks(policy);
+    // Where chitti finds and makes the masks after the fork (root's one-shot call), its
+    // side of the fork is the longer one, and the supervisor, whose side has time to spare,
+    // looks the program up instead of chitti before the fork. Not where a missing `hooks`
+    // directory is to be made below: that must wait until the program is known to exist.
+    // Elsewhere the two sides end together (a user's call), or a server's calls share one
+    // process (a session's call): looked up here.
+    let search_later = masks_after_fork && session.is_none() && !super::missing_hooks(policy);
     let program = match search_later {
         true => PathBuf::from(&command[0]),
         false => super::resolve_command(&command[0], &env, cwd)?,

@@ -124,8 +124,9 @@ pub struct LaunchSpec {
     /// little less than chitti waits for them, and a bound where chitti is gone.
     pub checks_budget: std::time::Duration,
     /// The program, still to be looked up on PATH by the supervisor before it claims
-    /// anything (`image` names it as typed meanwhile). A one-shot call leaves the search
-    /// to it: the supervisor's side of the fork has time to spare, chitti's has none.
+    /// anything (`image` names it as typed meanwhile). Root's one-shot call leaves the
+    /// search to it: the supervisor's side of the fork has time to spare there, chitti's
+    /// (which finds and makes the masks) none.
     pub find_program: Option<ProgramSearch>,
 }
 
