@@ -36,11 +36,20 @@ static ALLOCATOR: dlmalloc::GlobalDlmalloc = dlmalloc::GlobalDlmalloc;
 /// its heap with one lock; a fork while another thread holds it copies the lock held, with
 /// no thread left to release it, and the landlock supervisor (a fork that allocates) then
 /// waits forever. This registers fork handlers that take the lock around every `fork`.
-/// (glibc's and musl's own allocators do this themselves.) Idempotent; call it before
-/// forking.
+/// (glibc's and musl's own allocators do this themselves.) Idempotent; call it right
+/// before forking.
+///
+/// A process with a single thread needs no handlers: that thread, about to fork, is not
+/// inside the allocator. Nor does it pay for them: musl's `pthread_atfork` makes the first
+/// allocation of musl's own allocator, some four system calls and four page faults before
+/// every one-shot call's fork.
 pub fn allocator_survives_fork() {
     #[cfg(target_env = "musl")]
     {
+        #[cfg(target_os = "linux")]
+        if sandbox::linux::supervisor::single_threaded() {
+            return;
+        }
         static REGISTERED: std::sync::Once = std::sync::Once::new();
         // SAFETY: registers the handlers once; they only take and release dlmalloc's lock.
         REGISTERED.call_once(|| unsafe { dlmalloc::enable_alloc_after_fork() });

@@ -1497,6 +1497,39 @@ mod tests {
         assert_eq!(namespace(), before);
     }
 
+    /// A fork made while another thread allocates can allocate in the child: the handlers
+    /// are registered where a second thread runs (this test's), not skipped as they are in
+    /// a process alone. Without them a child forked while the other thread held dlmalloc's
+    /// lock waits forever (its alarm ends it here).
+    #[cfg(target_env = "musl")]
+    #[test]
+    fn a_fork_beside_an_allocating_thread_can_allocate() {
+        use std::sync::atomic::{AtomicBool, Ordering};
+        static STOP: AtomicBool = AtomicBool::new(false);
+        let busy = std::thread::spawn(|| {
+            while !STOP.load(Ordering::Relaxed) {
+                std::hint::black_box(vec![0u8; 4096]);
+            }
+        });
+        let mut stuck = 0;
+        for _ in 0..200 {
+            crate::allocator_survives_fork();
+            let child = unsafe { libc::fork() };
+            assert!(child >= 0);
+            if child == 0 {
+                unsafe { libc::alarm(2) };
+                std::hint::black_box(vec![1u8; 4096]);
+                unsafe { libc::_exit(0) };
+            }
+            let mut status = 0;
+            assert_eq!(unsafe { libc::waitpid(child, &mut status, 0) }, child);
+            stuck += usize::from(!(libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0));
+        }
+        STOP.store(true, Ordering::Relaxed);
+        busy.join().unwrap();
+        assert_eq!(stuck, 0, "children that could not allocate");
+    }
+
     /// The go byte is waited for past the spinning, however the pipe was left by the wait
     /// before (the first wait, for the namespace, leaves it non-blocking), and its end is
     /// an answer of its own.
