@@ -1498,36 +1498,47 @@ mod tests {
     }
 
     /// A fork made while another thread allocates can allocate in the child: the handlers
-    /// are registered where a second thread runs (this test's), not skipped as they are in
-    /// a process alone. Without them a child forked while the other thread held dlmalloc's
-    /// lock waits forever (its alarm ends it here).
+    /// are registered where a second thread runs, not skipped as they are in a process
+    /// alone. Without them a child forked while the other thread held dlmalloc's lock
+    /// waits forever (its alarm ends it here). Run in a child of the test process that
+    /// closed the descriptors it inherited: its many forks must not hold copies of other
+    /// tests' descriptors (and their locks).
     #[cfg(target_env = "musl")]
     #[test]
     fn a_fork_beside_an_allocating_thread_can_allocate() {
-        use std::sync::atomic::{AtomicBool, Ordering};
-        static STOP: AtomicBool = AtomicBool::new(false);
-        let busy = std::thread::spawn(|| {
-            while !STOP.load(Ordering::Relaxed) {
-                std::hint::black_box(vec![0u8; 4096]);
+        let close_inherited =
+            || unsafe { libc::syscall(libc::SYS_close_range, 3, u32::MAX, 0) == 0 };
+        let code = crate::in_a_child(close_inherited, || {
+            use std::sync::atomic::{AtomicBool, Ordering};
+            static STOP: AtomicBool = AtomicBool::new(false);
+            let busy = std::thread::spawn(|| {
+                while !STOP.load(Ordering::Relaxed) {
+                    std::hint::black_box(vec![0u8; 4096]);
+                }
+            });
+            let mut stuck = 0;
+            for _ in 0..200 {
+                crate::allocator_survives_fork();
+                let child = unsafe { libc::fork() };
+                assert!(child >= 0);
+                if child == 0 {
+                    unsafe { libc::alarm(2) };
+                    std::hint::black_box(vec![1u8; 4096]);
+                    unsafe { libc::_exit(0) };
+                }
+                let mut status = 0;
+                assert_eq!(unsafe { libc::waitpid(child, &mut status, 0) }, child);
+                let clean = libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0;
+                stuck += usize::from(!clean);
             }
+            STOP.store(true, Ordering::Relaxed);
+            busy.join().unwrap();
+            stuck == 0
         });
-        let mut stuck = 0;
-        for _ in 0..200 {
-            crate::allocator_survives_fork();
-            let child = unsafe { libc::fork() };
-            assert!(child >= 0);
-            if child == 0 {
-                unsafe { libc::alarm(2) };
-                std::hint::black_box(vec![1u8; 4096]);
-                unsafe { libc::_exit(0) };
-            }
-            let mut status = 0;
-            assert_eq!(unsafe { libc::waitpid(child, &mut status, 0) }, child);
-            stuck += usize::from(!(libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0));
-        }
-        STOP.store(true, Ordering::Relaxed);
-        busy.join().unwrap();
-        assert_eq!(stuck, 0, "children that could not allocate");
+        assert_eq!(
+            code, 0,
+            "children forked beside the thread could not allocate"
+        );
     }
 
     /// The go byte is waited for past the spinning, however the pipe was left by the wait
