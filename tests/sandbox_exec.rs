@@ -1595,9 +1595,9 @@ fn missing_command_is_127(backend: &str) {
 }
 
 /// With nothing to create first, root's one-shot landlock call leaves the program's
-/// search to its supervisor: the same 127 and words as a search before the fork (on every
-/// backend, and as a user), the call's record of the repository let go, and the next
-/// call unhindered.
+/// search to its supervisor: the same 127 and words as a search before the fork (which
+/// the other backend, and a user's call, still make), the call's record of the repository
+/// let go, and the next call unhindered.
 fn missing_command_in_a_kept_repository_is_127_and_changes_nothing(backend: &str) {
     let fx = Fixture::new();
     fx.init_repo("initial");

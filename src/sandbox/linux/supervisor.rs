@@ -1035,7 +1035,7 @@ pub fn single_threaded() -> bool {
     // The kernel's own count, with no side effect: unsharing CLONE_THREAD is refused
     // (EINVAL) in a process with other threads and otherwise has nothing to do. A
     // refusal for any other reason (a filter) reads as "not alone", the cautious side.
-    // Reading /proc/self/task cost some 5 us in a fresh process, twice per call.
+    // Reading /proc/self/task cost some 5 us in a fresh process, three times per call.
     nix::sched::unshare(nix::sched::CloneFlags::CLONE_THREAD).is_ok()
 }
 
