@@ -454,10 +454,7 @@ fn start_with(
                     .get_ref()
                     .and_then(|e| e.downcast_ref::<supervisor::Unrunnable>())
                 {
-                    Some(unrunnable) if unrunnable.not_found => {
-                        SandboxError::NotFound(unrunnable.message.clone())
-                    }
-                    Some(unrunnable) => SandboxError::NotExecutable(unrunnable.message.clone()),
+                    Some(unrunnable) => SandboxError::from(unrunnable.clone()),
                     None => SandboxError::Unavailable(format!("cannot start the sandbox: {e}")),
                 }
             })?;
@@ -847,7 +844,7 @@ fn apply_report(
     backend: Backend,
     program: &str,
 ) -> Result<(), SandboxError> {
-    use crate::sandbox::linux::supervisor::{Ending, Report};
+    use crate::sandbox::linux::supervisor::{Ending, Report, Unrunnable};
     let ending = Ending::parse(text);
     if ending.as_ref().is_some_and(|e| e.checking) {
         let why = match checks_stopped {
@@ -895,10 +892,7 @@ fn apply_report(
             )))
         }
         Some(Report::Unrunnable { message, not_found }) => {
-            return Err(match not_found {
-                true => SandboxError::NotFound(message),
-                false => SandboxError::NotExecutable(message),
-            })
+            return Err(Unrunnable { message, not_found }.into())
         }
         Some(Report::SetupFailed { step, errno }) => {
             return Err(SandboxError::Unavailable(format!(

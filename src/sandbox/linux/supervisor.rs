@@ -132,7 +132,7 @@ pub struct LaunchSpec {
 
 /// [`Report::Unrunnable`] as [`spawn`]'s error, where the supervisor had given up
 /// before chitti's last word to it.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct Unrunnable {
     pub message: String,
     pub not_found: bool,
@@ -145,6 +145,16 @@ impl std::fmt::Display for Unrunnable {
 }
 
 impl std::error::Error for Unrunnable {}
+
+impl From<Unrunnable> for crate::sandbox::SandboxError {
+    /// What chitti would have said had it looked the program up itself (127 or 126).
+    fn from(unrunnable: Unrunnable) -> Self {
+        match unrunnable.not_found {
+            true => Self::NotFound(unrunnable.message),
+            false => Self::NotExecutable(unrunnable.message),
+        }
+    }
+}
 
 /// What the supervisor needs to look a program up as [`crate::sandbox::find_program`]
 /// does before the fork: the same PATH and directory, the same answers.
