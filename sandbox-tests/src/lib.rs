@@ -794,9 +794,9 @@ impl Spawned {
     /// before it is reaped.
     ///
     /// Why: a family forking as fast as it can makes this 2-CPU virtual machine's
-    /// scheduler leave ordinary tasks waiting for whole seconds: chitti's timer, an
-    /// unrelated sleeping process of root's and a thread of the test were each measured
-    /// late by about as long, up to a minute (CI saw a 2 s timeout end after 33 s so). A
+    /// scheduler leave ordinary tasks waiting for whole seconds: chitti's timer fired up to
+    /// 57 s late, and unrelated sleeping processes (root's, the test's) were held up by
+    /// about as much, up to 17 s at a time (CI saw a 2 s timeout end after 33 s so). A
     /// bound on the time such a call takes is then a bound on that time less this wait:
     /// the time chitti ran, or slept by its own choice. (The waits of tasks that waited
     /// at once are summed, which can say more than the call lost; without a stall the sum
