@@ -838,42 +838,35 @@ fn exited_unreaped(pid: i32) -> bool {
 /// and of their children named `bwrap`, by (process, thread)
 /// ([`Spawned::wait_counting_cpu_waits`]).
 fn run_queue_waits(pid: i32) -> Vec<((i32, i32), u64)> {
-    let threads = |pid: i32| -> Vec<i32> {
-        std::fs::read_dir(format!("/proc/{pid}/task"))
-            .map(|dir| {
-                dir.flatten()
-                    .filter_map(|e| e.file_name().to_str()?.parse().ok())
-                    .collect()
-            })
-            .unwrap_or_default()
-    };
-    let children = |pid: i32| -> Vec<i32> {
-        threads(pid)
-            .into_iter()
-            .flat_map(|tid| {
-                std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/children"))
-                    .unwrap_or_default()
-                    .split_whitespace()
-                    .filter_map(|c| c.parse().ok())
-                    .collect::<Vec<i32>>()
-            })
-            .collect()
-    };
-    let is_bwrap = |pid: i32| {
-        std::fs::read_to_string(format!("/proc/{pid}/comm")).is_ok_and(|c| c.trim() == "bwrap")
-    };
-    let mut carriers = vec![pid];
-    for child in children(pid) {
-        carriers.push(child);
-        carriers.extend(children(child).into_iter().filter(|g| is_bwrap(*g)));
-    }
+    let read = |path: String| std::fs::read_to_string(path).unwrap_or_default();
     let mut waits = Vec::new();
-    for process in carriers {
-        for tid in threads(process) {
-            let stat = std::fs::read_to_string(format!("/proc/{process}/task/{tid}/schedstat"))
-                .unwrap_or_default();
+    // Each process with its depth below `pid`; every thread is read once, for its wait
+    // and, above the last depth, for its children.
+    let mut carriers = vec![(pid, 0)];
+    while let Some((process, depth)) = carriers.pop() {
+        let Ok(threads) = std::fs::read_dir(format!("/proc/{process}/task")) else {
+            continue;
+        };
+        for tid in threads
+            .flatten()
+            .filter_map(|e| e.file_name().to_str()?.parse().ok())
+        {
+            let task = format!("/proc/{process}/task/{tid}");
+            let stat = read(format!("{task}/schedstat"));
             if let Some(wait) = stat.split_whitespace().nth(1).and_then(|w| w.parse().ok()) {
                 waits.push(((process, tid), wait));
+            }
+            if depth == 2 {
+                continue;
+            }
+            for child in read(format!("{task}/children"))
+                .split_whitespace()
+                .filter_map(|c| c.parse().ok())
+            {
+                let is_bwrap = || read(format!("/proc/{child}/comm")).trim() == "bwrap";
+                if depth == 0 || is_bwrap() {
+                    carriers.push((child, depth + 1));
+                }
             }
         }
     }
